@@ -1,0 +1,1 @@
+"""Device meshes, logical-axis rules and shardings (see docs/architecture.md)."""

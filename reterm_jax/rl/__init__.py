@@ -1,0 +1,1 @@
+"""Sampler, bash harness, rollouts, failure bank and the GRPO loss."""

@@ -1,0 +1,1 @@
+"""Optimizer, SFT and GRPO loops, Orbax checkpointing and metric writers."""
