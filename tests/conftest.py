@@ -9,3 +9,4 @@ import sys
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
 sys.path.insert(0, os.path.dirname(__file__))  # tests/hf_reference.py and friends
+pytest_plugins = ["docker_fixtures"]

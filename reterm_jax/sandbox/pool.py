@@ -1,0 +1,91 @@
+"""A bounded pool that runs many sandbox jobs from worker threads.
+
+Each job is a function of one item (e.g. "start a sandbox, run a rollout, verify").
+Whatever goes wrong inside a job - a sandbox that dies, a Docker error, a bug -
+becomes a failed Outcome for that item; the batch always completes. Transient
+Docker errors are retried inside the sandbox layer (client.retry); a job may also be
+retried as a whole with `retries` when its failure is transient (only safe for jobs
+that start from a fresh sandbox or snapshot, which is how rollouts are written).
+
+Threads, not processes: the work is waiting on the Docker engine, and each thread
+gets its own Docker client (client.get_client). Separate processes can each run a
+pool against the same engine; labels keep their objects apart.
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+import traceback
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable, Generic, Iterable, TypeVar
+
+from reterm_jax.sandbox.client import is_transient
+from reterm_jax.sandbox.reaper import reap_once
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome(Generic[T]):
+    item: Any
+    value: T | None = None
+    error: str | None = None      # set when the job failed: the exception and where
+    attempts: int = 1
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class SandboxPool:
+    def __init__(self, max_concurrency: int = 4, *, retries: int = 0):
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        self.max_concurrency, self.retries = max_concurrency, retries
+        self._executor = ThreadPoolExecutor(max_workers=max_concurrency,
+                                            thread_name_prefix="reterm-sandbox")
+        self._running = 0
+        self.peak_running = 0  # observed concurrency, for tests and logs
+        self._count_lock = threading.Lock()
+        reap_once()
+
+    def _run_one(self, fn: Callable[[Any], T], item: Any) -> Outcome[T]:
+        with self._count_lock:
+            self._running += 1
+            self.peak_running = max(self.peak_running, self._running)
+        start = time.monotonic()
+        try:
+            for attempt in range(1, self.retries + 2):
+                try:
+                    return Outcome(item, fn(item), attempts=attempt,
+                                   duration_s=time.monotonic() - start)
+                except Exception as e:  # noqa: BLE001 - one bad sample never kills a batch
+                    if attempt <= self.retries and is_transient(e):
+                        time.sleep(0.5 * attempt)
+                        continue
+                    tb = traceback.format_exception_only(type(e), e)[-1].strip()
+                    return Outcome(item, error=tb, attempts=attempt,
+                                   duration_s=time.monotonic() - start)
+            raise AssertionError("unreachable")
+        finally:
+            with self._count_lock:
+                self._running -= 1
+
+    def submit(self, fn: Callable[[Any], T], item: Any) -> "Future[Outcome[T]]":
+        """A future that always resolves to an Outcome (never raises)."""
+        return self._executor.submit(self._run_one, fn, item)
+
+    def map(self, fn: Callable[[Any], T], items: Iterable[Any]) -> list[Outcome[T]]:
+        """Run fn over items with bounded concurrency; outcomes in input order."""
+        return [f.result() for f in [self.submit(fn, it) for it in items]]
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+
+    def __enter__(self) -> "SandboxPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,289 @@
+"""DockerSandbox: one isolated container that runs bash commands under the harness contract.
+
+    sb = DockerSandbox.from_task(load_task("tasks/foo"))
+    r = sb.exec("cd /app && export X=1 && ls", timeout=30)   # ExecResult
+    snap = sb.snapshot()                                      # filesystem + cwd/env
+    a, b = snap.branch(2)                                     # independent copies
+    sb.close(); a.close(); b.close(); snap.release()
+
+Commands reach a long-lived bash server in the container (session.py; one `docker
+exec` per sandbox, not per command), which runs each one through shell.py's wrapper.
+The container's main process is `sleep infinity` under Docker's init, so background
+jobs are reaped and a command that kills the shell does not kill the sandbox.
+
+Isolation: network "none" unless the task allows internet; all capabilities dropped
+but the few bash/apt/dpkg need as root inside (CAPS); no-new-privileges; no
+privileged mode; pids, memory and CPU limits. Everything is labelled (labels.py).
+"""
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import io
+import math
+import os
+import shlex
+import tarfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import docker
+import requests
+
+from reterm_jax.sandbox import labels, shell
+from reterm_jax.sandbox.client import SandboxError, get_client, retry
+from reterm_jax.sandbox.session import SessionBroken, ShellSession
+from reterm_jax.sandbox.shell import ExecResult
+from reterm_jax.sandbox.task import Task
+
+# Root inside the container still needs these for ordinary work: chown/chmod of files it
+# does not own (CHOWN, DAC_OVERRIDE, FOWNER, FSETID), apt dropping to the _apt user and
+# su/runuser (SETUID, SETGID), killing processes of other users (KILL), servers binding
+# ports < 1024 on the loopback (NET_BIND_SERVICE). Not granted: NET_RAW, MKNOD,
+# SYS_CHROOT, SETPCAP, SETFCAP, AUDIT_WRITE and everything Docker drops anyway.
+CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETUID", "SETGID", "KILL",
+        "NET_BIND_SERVICE"]
+INTERNET_NETWORK = "reterm_jax-internet"
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    cpus: float = 1.0
+    memory_mb: int = 2048
+    pids: int = 1024
+    allow_internet: bool = False
+
+    @classmethod
+    def from_task(cls, task: Task, pids: int = 1024) -> "Limits":
+        return cls(cpus=task.cpus, memory_mb=task.memory_mb, pids=pids,
+                   allow_internet=task.allow_internet)
+
+
+_engine_cpus: int | None = None
+_live: set["DockerSandbox"] = set()
+_live_lock = threading.Lock()
+
+
+def _cpu_count(client: docker.DockerClient) -> int:
+    global _engine_cpus
+    if _engine_cpus is None:
+        _engine_cpus = int(client.info().get("NCPU") or os.cpu_count() or 1)
+    return _engine_cpus
+
+
+def _internet_network(client: docker.DockerClient) -> str:
+    found = client.networks.list(names=[INTERNET_NETWORK])
+    if not found:
+        try:
+            client.networks.create(INTERNET_NETWORK, driver="bridge",
+                                   labels=labels.labels(labels.KIND_NETWORK))
+        except docker.errors.APIError as e:
+            if e.status_code != 409:  # 409: another thread created it first
+                raise SandboxError(f"cannot create network {INTERNET_NETWORK} for a task with "
+                                   f"allow_internet=true: {e}") from e
+    return INTERNET_NETWORK
+
+
+class DockerSandbox:
+    """A running container plus the harness contract. Thread-safe: commands on one
+    sandbox run one at a time (they share the cwd/env state)."""
+
+    output_head_bytes = 10_000        # observation = first 10 kB + last 10 kB
+    max_output_file_bytes = 1 << 30   # a command whose output passes 1 GiB is killed
+
+    def __init__(self, image: str, *, limits: Limits = Limits(), task: Task | None = None,
+                 snapshot=None):
+        from reterm_jax.sandbox.reaper import reap_once
+        reap_once()
+        client = get_client()
+        self.image, self.limits, self.task, self.source_snapshot = image, limits, task, snapshot
+        self._lock = threading.Lock()
+        self._closed = False
+        self._session: ShellSession | None = None
+        self.name = f"reterm-{labels.run_id()}-{uuid.uuid4().hex[:10]}"
+        extra = {labels.TASK: task.name} if task else {}
+        kwargs = dict(
+            entrypoint=["sleep"], command=["infinity"], name=self.name, detach=True,
+            init=True,  # reaps the zombies of background jobs the agent leaves behind
+            hostname="sandbox", labels=labels.labels(labels.KIND_CONTAINER, **extra),
+            network_mode=_internet_network(client) if limits.allow_internet else "none",
+            cap_drop=["ALL"], cap_add=CAPS, security_opt=["no-new-privileges"],
+            privileged=False, pids_limit=limits.pids,
+            mem_limit=f"{limits.memory_mb}m", memswap_limit=f"{limits.memory_mb}m",
+            nano_cpus=int(min(limits.cpus, _cpu_count(client)) * 1e9))
+        try:
+            self._container = retry(lambda: self._create(client, kwargs), what="create")
+            retry(self._container.start, what="start")
+            self.workdir = self._container.attrs["Config"].get("WorkingDir") or "/"
+        except docker.errors.ImageNotFound as e:
+            self._remove_quietly()
+            raise SandboxError(f"image {image!r} not found; build the task image first "
+                               "(ensure_task_image / DockerSandbox.from_task)") from e
+        except (docker.errors.APIError, requests.RequestException) as e:
+            self._remove_quietly()
+            raise SandboxError(f"could not start a sandbox from {image!r}: {e}") from e
+        with _live_lock:
+            _live.add(self)
+        if snapshot is not None:
+            snapshot._add_user(self)
+
+    def _create(self, client: docker.DockerClient, kwargs: dict):
+        try:
+            return client.containers.create(self.image, **kwargs)
+        except docker.errors.APIError as e:
+            if e.status_code == 409:  # an earlier, retried create did succeed
+                return client.containers.get(self.name)
+            raise
+
+    @classmethod
+    def from_task(cls, task: Task, *, limits: Limits | None = None) -> "DockerSandbox":
+        from reterm_jax.sandbox.images import ensure_task_image
+        return cls(ensure_task_image(task), limits=limits or Limits.from_task(task), task=task)
+
+    @property
+    def id(self) -> str:
+        return self._container.id
+
+    def exec(self, command: str, timeout: float = 180.0, *, persist: bool = True) -> ExecResult:
+        """Run one bash command. persist=False runs it from the image's working dir and
+        environment without reading or writing the agent's cwd/env state (verifier use)."""
+        if len(command.encode()) > 120_000:  # one argv string is capped at 128 KiB by Linux
+            return ExecResult("", -1, error=f"command is {len(command.encode())} bytes; the "
+                              "limit is 120000 (write large files in several commands)")
+        timeout_s = max(1, math.ceil(timeout))
+        start = time.monotonic()
+        with self._lock:
+            if self._closed:
+                return ExecResult("", -1, error="sandbox is closed")
+            try:
+                if self._session is not None and self._session.ended():
+                    self._session.close()  # the command was not sent: start a new server
+                    self._session = None
+                if self._session is None:
+                    self._session = ShellSession(get_client().api, self.id,
+                                                 shell.OUTER, shell.INNER)
+                reply = self._session.request(
+                    command, persist=persist, timeout_s=timeout_s,
+                    head_bytes=self.output_head_bytes, max_file_bytes=self.max_output_file_bytes,
+                    read_timeout_s=timeout_s + 60)  # timeout + kill grace + slack
+            except SessionBroken as e:
+                self._session.close()
+                self._session = None
+                state = self._container_state(wait_s=1)
+                if e.stalled:  # the old server may still run the command; it is abandoned
+                    return ExecResult("", -1, duration_s=time.monotonic() - start,
+                                      error=f"sandbox {self.name}: {e}; shell restarted")
+                if state is not None and state.get("Running"):
+                    # The command killed the shell server (e.g. `pkill bash`); the sandbox
+                    # is fine and the next command starts a new server.
+                    return ExecResult("[the command ended the sandbox's shell]\n", 137,
+                                      duration_s=time.monotonic() - start)
+                return ExecResult("", -1, duration_s=time.monotonic() - start,
+                                  error=self._explain_failure(e, state))
+            except (docker.errors.APIError, requests.RequestException) as e:
+                return ExecResult("", -1, duration_s=time.monotonic() - start,
+                                  error=self._explain_failure(e))
+        duration = time.monotonic() - start
+        res = shell.parse_reply(reply, head_bytes=self.output_head_bytes,
+                                max_file_bytes=self.max_output_file_bytes, duration_s=duration)
+        if res is None:  # e.g. no pid left to fork the reply's `wc` (fork bomb)
+            return ExecResult(reply.decode(errors="replace")[-2000:], -1, duration_s=duration,
+                              error=f"sandbox {self.name}: malformed command reply")
+        return res
+
+    def _container_state(self, wait_s: float = 0.0) -> dict | None:
+        """The container's State; waits up to wait_s for a dying one to stop (a killed
+        container ends its streams a moment before its state says so)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self._container.reload()
+                state = self._container.attrs["State"]
+            except Exception:  # noqa: BLE001 - the engine itself may be gone
+                return None
+            if not state.get("Running") or time.monotonic() >= deadline:
+                return state
+            time.sleep(0.2)
+
+    def _explain_failure(self, cause, state: dict | None = None) -> str:
+        state = state or self._container_state(wait_s=3)
+        if state is None:
+            return f"sandbox {self.name}: Docker error ({cause}); container state unknown"
+        if not state.get("Running"):
+            return (f"sandbox {self.name} died: container status {state.get('Status')}, "
+                    f"exit code {state.get('ExitCode')}, OOMKilled={state.get('OOMKilled')} "
+                    f"(cause: {cause})")
+        return f"sandbox {self.name}: Docker error while the container runs: {cause}"
+
+    def alive(self) -> bool:
+        try:
+            self._container.reload()
+            return bool(self._container.attrs["State"].get("Running"))
+        except Exception:  # noqa: BLE001
+            return False
+
+    def put_dir(self, local_dir: str | os.PathLike, dest: str) -> None:
+        """Copy a host directory to `dest` in the container (replacing it), owned by root."""
+        local_dir, dest = Path(local_dir), dest.rstrip("/")
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            def as_root(info: tarfile.TarInfo) -> tarfile.TarInfo:
+                info.uid = info.gid = 0
+                info.uname = info.gname = "root"
+                return info
+            tar.add(local_dir, arcname=os.path.basename(dest), filter=as_root)
+        parent = os.path.dirname(dest) or "/"
+        prep = self.exec(f"rm -rf {shlex.quote(dest)} && mkdir -p {shlex.quote(parent)}",
+                         timeout=60, persist=False)
+        if not prep.ok or prep.exit_code != 0:
+            raise SandboxError(f"cannot prepare {dest} in {self.name}: {prep.error or prep.output}")
+        try:
+            retry(lambda: get_client().api.put_archive(self.id, parent, buf.getvalue()),
+                  what="put_archive")
+        except (docker.errors.APIError, requests.RequestException) as e:
+            raise SandboxError(f"cannot copy {local_dir} to {dest} in {self.name}: {e}") from e
+
+    def snapshot(self):
+        """Commit the filesystem (with the cwd/env state file) to a managed image."""
+        from reterm_jax.sandbox.snapshots import take_snapshot
+        return take_snapshot(self)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._session is not None:
+                self._session.close()
+        self._remove_quietly()
+        with _live_lock:
+            _live.discard(self)
+        if self.source_snapshot is not None:
+            self.source_snapshot._remove_user(self)
+
+    def _remove_quietly(self) -> None:
+        try:
+            retry(lambda: get_client().api.remove_container(self.name, force=True), what="remove")
+        except docker.errors.NotFound:
+            pass
+        except Exception:  # noqa: BLE001 - labelled; the reaper removes it later
+            pass
+
+    def __enter__(self) -> "DockerSandbox":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"DockerSandbox({self.name}, image={self.image[:24]})"
+
+
+@atexit.register
+def _close_live_sandboxes() -> None:
+    with _live_lock:
+        live = list(_live)
+    for sb in live:
+        sb.close()

@@ -1,0 +1,135 @@
+"""Verification on a clone, and the oracle solution.
+
+verify(sb): commit the sandbox's current state, start a clone from it, copy tests/ to
+/tests (replacing anything the agent put there), empty /logs/verifier (so an agent
+cannot pre-write a reward), run `bash /tests/test.sh` from the image's working dir
+with the image's environment (not the agent's cwd/env) under the verifier timeout,
+read the reward, and throw the clone and the snapshot away. The sandbox the agent
+continues from never sees the verifier's side effects.
+
+Reward: /logs/verifier/reward.txt holds one float. reward.json holds {name: float};
+it reduces to its "reward" key if present, else to the mean of its values. When both
+exist, reward.txt wins. A timeout, a missing or unparseable reward file gives
+reward 0 with the reason in `error`. Resolved means reward >= 1.0.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+
+from reterm_jax.sandbox.client import SandboxError
+from reterm_jax.sandbox.sandbox import DockerSandbox
+from reterm_jax.sandbox.shell import ExecResult
+from reterm_jax.sandbox.task import Task
+
+REWARD_DIR = "/logs/verifier"
+_READ_REWARD = (f"for f in {REWARD_DIR}/reward.txt {REWARD_DIR}/reward.json; do "
+                "if [ -f \"$f\" ]; then echo \"== $f\"; head -c 65536 \"$f\"; echo; fi; done")
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyResult:
+    reward: float
+    rewards: dict[str, float]    # reward.json contents, or {"reward": x} from reward.txt
+    output: str                  # verifier output (truncated head+tail)
+    exit_code: int
+    timed_out: bool
+    duration_s: float
+    error: str | None = None     # why the reward is 0 without the tests saying so
+
+    @property
+    def resolved(self) -> bool:
+        return self.reward >= 1.0
+
+
+def reduce_rewards(rewards: dict[str, float]) -> float:
+    if "reward" in rewards:
+        return float(rewards["reward"])
+    return sum(rewards.values()) / len(rewards) if rewards else 0.0
+
+
+def parse_reward_files(listing: str) -> tuple[dict[str, float], str | None]:
+    """Parse the `== path` sections printed by _READ_REWARD -> (rewards, error)."""
+    sections: dict[str, str] = {}
+    current = None
+    for line in listing.splitlines(keepends=True):
+        if line.startswith(f"== {REWARD_DIR}/"):
+            current = line[3:].strip().rsplit("/", 1)[1]
+            sections[current] = ""
+        elif current:
+            sections[current] += line
+    if "reward.txt" in sections:
+        text = sections["reward.txt"].strip()
+        try:
+            value = float(text)
+        except ValueError:
+            return {}, f"reward.txt does not hold a float: {text[:80]!r}"
+        if not math.isfinite(value):
+            return {}, f"reward.txt holds {value}"
+        return {"reward": value}, None
+    if "reward.json" in sections:
+        try:
+            data = json.loads(sections["reward.json"])
+        except json.JSONDecodeError as e:
+            return {}, f"reward.json is not valid JSON: {e}"
+        if (not isinstance(data, dict) or not data or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in data.values())):
+            return {}, f"reward.json must map names to numbers, got {str(data)[:80]!r}"
+        return {k: float(v) for k, v in data.items()}, None
+    return {}, f"the verifier wrote neither {REWARD_DIR}/reward.txt nor reward.json"
+
+
+def _failed(start: float, error: str, r: ExecResult | None = None) -> VerifyResult:
+    return VerifyResult(0.0, {}, r.output if r else "", r.exit_code if r else -1,
+                        bool(r and r.timed_out), time.monotonic() - start, error)
+
+
+def verify(sandbox: DockerSandbox, task: Task | None = None, *,
+           timeout_s: float | None = None) -> VerifyResult:
+    """Run the task's tests on a clone of `sandbox`'s current state. Never raises for
+    sandbox/Docker failures: they become reward 0 with `error` set."""
+    task = task or sandbox.task
+    if task is None:
+        raise ValueError("verify() needs the Task (the sandbox was not started from one)")
+    timeout_s = timeout_s or task.verifier_timeout_s
+    start = time.monotonic()
+    try:
+        snap = sandbox.snapshot()
+    except SandboxError as e:
+        return _failed(start, f"could not snapshot the state to verify: {e}")
+    try:
+        with snap.branch(1)[0] as clone:
+            clone.put_dir(task.tests_dir, "/tests")
+            prep = clone.exec(f"rm -rf {REWARD_DIR} && mkdir -p {REWARD_DIR}", 60, persist=False)
+            if not prep.ok or prep.exit_code:
+                return _failed(start, f"could not prepare {REWARD_DIR}: {prep.error or prep.output}")
+            r = clone.exec("bash /tests/test.sh", timeout_s, persist=False)
+            if not r.ok:
+                return _failed(start, f"verifier sandbox failed: {r.error}", r)
+            listing = clone.exec(_READ_REWARD, 60, persist=False)
+    except SandboxError as e:
+        return _failed(start, f"verifier sandbox failed: {e}")
+    finally:
+        snap.release()
+    rewards, error = parse_reward_files(listing.output if listing.ok else "")
+    if r.timed_out:
+        error = f"verifier timed out after {timeout_s:g} s" + (f" ({error})" if error else "")
+        rewards = {}
+    reward = reduce_rewards(rewards) if error is None else 0.0
+    return VerifyResult(reward, rewards, r.output, r.exit_code, r.timed_out,
+                        time.monotonic() - start, error)
+
+
+def run_oracle(sandbox: DockerSandbox, task: Task | None = None) -> ExecResult:
+    """Copy solution/ to /solution and run `bash /solution/solve.sh` through the
+    ordinary (persistent) exec path, under the agent timeout."""
+    task = task or sandbox.task
+    if task is None:
+        raise ValueError("run_oracle() needs the Task (the sandbox was not started from one)")
+    try:
+        sandbox.put_dir(task.solution_dir, "/solution")
+    except SandboxError as e:
+        return ExecResult("", -1, error=str(e))
+    return sandbox.exec("bash /solution/solve.sh", task.agent_timeout_s)

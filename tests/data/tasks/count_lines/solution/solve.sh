@@ -1,0 +1,2 @@
+#!/usr/bin/env bash
+wc -l < /etc/os-release > /app/count.txt

@@ -1,0 +1,177 @@
+"""The harness contract of DockerSandbox.exec, against the real Docker engine."""
+import threading
+import time
+import tracemalloc
+
+import pytest
+
+pytestmark = pytest.mark.docker
+
+
+def test_cwd_and_exported_env_persist(base_sandbox):
+    sb = base_sandbox
+    assert sb.exec("pwd").output == "/app\n"  # the image's WORKDIR
+    r = sb.exec("mkdir -p /srv/work && cd /srv/work && export GREETING='hi there' && X=local")
+    assert (r.exit_code, r.output) == (0, "")
+    r = sb.exec('pwd; echo "$GREETING|$X"')
+    assert r.output == "/srv/work\nhi there|\n"  # unexported shell variables do not persist
+    sb.exec("unset GREETING; export PATH=/opt/bin:$PATH")
+    assert sb.exec('echo "[$GREETING]"; echo $PATH').output.startswith("[]\n/opt/bin:")
+
+
+def test_exit_code_and_state_saved_on_exit(base_sandbox):
+    r = base_sandbox.exec("cd /tmp; export AFTER=1; exit 3")
+    assert r.exit_code == 3 and r.error is None
+    assert base_sandbox.exec("pwd; echo $AFTER").output == "/tmp\n1\n"
+    assert base_sandbox.exec("false").exit_code == 1
+
+
+def test_combined_output_stdin_closed_and_no_state_mode(base_sandbox):
+    r = base_sandbox.exec("echo out; echo err >&2; read -r line; echo read=$?")
+    assert r.output == "out\nerr\nread=1\n"  # stdin is /dev/null: read hits EOF at once
+    base_sandbox.exec("cd /tmp && export SECRET=1")
+    r = base_sandbox.exec('pwd; echo "[$SECRET]"', persist=False)
+    assert r.output == "/app\n[]\n"  # verifier mode: image working dir and environment
+
+
+def test_timeout_kills_the_command_not_the_sandbox(base_sandbox):
+    start = time.monotonic()
+    r = base_sandbox.exec("cd /etc; sleep 300 & sleep 300", timeout=2)
+    assert r.timed_out and r.exit_code == 124 and r.error is None
+    assert time.monotonic() - start < 8
+    after = base_sandbox.exec("ps -eo args | grep -c '^sleep 300$'; pwd")
+    assert after.output.splitlines()[0] == "0"  # the whole process group was killed
+    assert after.output.splitlines()[1] == "/etc"  # state saved even on timeout
+
+
+def test_background_job_survives_between_commands(base_sandbox):
+    base_sandbox.exec("nohup sleep 120 >/dev/null 2>&1 & echo $! > /tmp/bg.pid")
+    assert base_sandbox.exec("kill -0 $(cat /tmp/bg.pid) && echo running").output == "running\n"
+
+
+def test_100mb_output_is_truncated_in_the_container(base_sandbox):
+    tracemalloc.start()
+    try:
+        r = base_sandbox.exec("yes 0123456789 | head -c 100000000; echo; echo THE-END", timeout=60)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert r.exit_code == 0 and r.truncated
+    assert "output truncated: 100000009 bytes in total" in r.output
+    assert r.output.startswith("0123456789\n") and r.output.endswith("THE-END\n")
+    assert len(r.output) < 3 * base_sandbox.output_head_bytes
+    assert peak < 5_000_000, f"Python peaked at {peak} bytes for a 100 MB output"
+
+
+def test_memory_hog_is_killed_and_the_sandbox_lives(base_sandbox):
+    r = base_sandbox.exec("python3 -c 'x = bytearray(800 * 2**20)'", timeout=60)  # limit: 512 MB
+    assert r.exit_code == 137 and "Killed" in r.output and r.error is None
+    assert base_sandbox.exec("echo alive").output == "alive\n"
+
+
+def test_runaway_output_is_killed_before_it_fills_the_disk(base_sandbox):
+    base_sandbox.max_output_file_bytes = 5_000_000  # the default is 1 GiB
+    r = base_sandbox.exec("yes runaway", timeout=60)
+    assert r.exit_code == 137 and not r.timed_out and r.duration_s < 15
+    assert r.truncated and "its output exceeded 5000000 bytes" in r.output
+    assert base_sandbox.exec("ls /tmp/.reterm | grep -c out").output == "1\n"  # only this one
+
+
+def test_foreground_fork_bomb_is_contained_and_killed(base_sandbox):
+    assert base_sandbox.exec("cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || "
+                             "cat /sys/fs/cgroup/pids.max").output.strip() == "256"
+    r = base_sandbox.exec(":(){ :|:; };:", timeout=5)
+    assert r.timed_out and r.error is None
+    after = base_sandbox.exec("echo alive; ps -e --no-headers | wc -l", timeout=30)
+    assert after.output.splitlines()[0] == "alive"
+    assert int(after.output.splitlines()[1]) < 20  # the bomb's process group is gone
+
+
+def test_background_fork_bomb_stays_inside_its_pids_limit(docker_client):
+    from reterm_jax.sandbox import DockerSandbox, Limits
+    # A bomb sent to the background outlives its command (like any background job);
+    # the pids limit caps it, other sandboxes are unaffected, and the sandbox can
+    # still be closed. (Its own later commands may fail for want of a pid.)
+    with DockerSandbox("reterm/base:bookworm", limits=Limits(pids=32)) as bomb, \
+            DockerSandbox("reterm/base:bookworm", limits=Limits(pids=32)) as other:
+        r = bomb.exec(":(){ :|:& };:", timeout=5)
+        assert r.duration_s < 90, r  # bounded: bash stops retrying failed forks
+        stats = docker_client.api.stats(bomb.id, stream=False)
+        assert stats["pids_stats"]["current"] <= 32, stats["pids_stats"]
+        assert other.exec("echo alive").output == "alive\n"
+
+
+def test_no_network_from_inside(base_sandbox):
+    r = base_sandbox.exec("ls /sys/class/net")
+    assert r.output.split() == ["lo"]
+    # No interface but loopback, so no route: fails at once, nothing leaves the machine.
+    r = base_sandbox.exec("echo > /dev/tcp/192.0.2.1/80", timeout=10)
+    assert r.exit_code != 0 and "unreachable" in r.output.lower()
+
+
+def test_isolation_settings(base_sandbox, docker_client):
+    host = docker_client.api.inspect_container(base_sandbox.id)["HostConfig"]
+    assert host["NetworkMode"] == "none" and host["Privileged"] is False
+    assert host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
+    assert host["PidsLimit"] == 256 and host["Memory"] == 512 * 2**20
+    capeff = base_sandbox.exec("grep CapEff /proc/self/status").output.split()[1]
+    assert int(capeff, 16) & (1 << 21) == 0  # CAP_SYS_ADMIN is not effective
+    r = base_sandbox.exec("mknod /tmp/dev c 1 3")
+    assert r.exit_code != 0  # CAP_MKNOD dropped
+
+
+def test_killed_container_gives_a_clear_error(base_sandbox, docker_client):
+    results = []
+    t = threading.Thread(target=lambda: results.append(base_sandbox.exec("sleep 60", timeout=90)))
+    t.start()
+    time.sleep(1.5)
+    docker_client.api.kill(base_sandbox.id)
+    t.join(30)
+    assert not t.is_alive()
+    r = results[0]
+    assert r.error is not None and "died" in r.error and r.exit_code == -1
+    later = base_sandbox.exec("echo hi")
+    assert later.error is not None and not base_sandbox.alive()
+
+
+def test_commands_with_quotes_backslashes_newlines_and_unicode(base_sandbox):
+    cmd = 'printf "%s|" "a\\nb" \'c d\' "ünï" && cat <<\'EOF\'\nline1\n  line2 \\t\nEOF'
+    assert base_sandbox.exec(cmd).output == "a\\nb|c d|ünï|line1\n  line2 \\t\n"
+
+
+def test_killing_the_shell_does_not_kill_the_sandbox(base_sandbox):
+    base_sandbox.exec("cd /srv")
+    r = base_sandbox.exec("pkill -x bash; sleep 1")
+    assert r.error is None and r.exit_code != 0
+    assert base_sandbox.exec("echo still here; pwd").output == "still here\n/srv\n"
+    # Killed between commands by a background job: the next command is still delivered.
+    base_sandbox.exec("(sleep 1; pkill -x bash) >/dev/null 2>&1 &")
+    time.sleep(2.5)
+    assert base_sandbox.exec("echo delivered").output == "delivered\n"
+
+
+def test_commands_from_many_threads_run_one_at_a_time(base_sandbox):
+    outputs = {}
+
+    def work(i):
+        outputs[i] = base_sandbox.exec(f"export N=$((${{N:-0}} + 1)); echo {i}").output
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert outputs == {i: f"{i}\n" for i in range(8)}
+    assert base_sandbox.exec("echo $N").output == "8\n"  # no lost update of the state
+
+
+def test_oversized_command_is_refused(base_sandbox):
+    r = base_sandbox.exec("echo " + "x" * 200_000)
+    assert r.error and "limit is 120000" in r.error
+
+
+def test_closed_sandbox(docker_client):
+    from reterm_jax.sandbox import DockerSandbox
+    sb = DockerSandbox("reterm/base:bookworm")
+    sb.close()
+    sb.close()  # idempotent
+    assert sb.exec("true").error == "sandbox is closed"
