@@ -1,0 +1,4 @@
+#ifndef PARSE_H
+#define PARSE_H
+int parse_number(const char *s, double *out);
+#endif

@@ -1,0 +1,1 @@
+STOPWORDS = frozenset("a an and the of to in is it".split())
