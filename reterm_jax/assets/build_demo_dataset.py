@@ -1,0 +1,217 @@
+"""Build the bundled demo dataset (ReTerm-10K schema) from the bundled tasks, with REAL tool outputs.
+
+    python reterm_jax/assets/build_demo_dataset.py [--tasks tasks] [--out reterm_jax/assets/demo/reterm_demo.jsonl]
+
+Needs Docker (reterm_jax.sandbox). For every task whose task.toml has `[reterm] fault_commands`:
+  attempt 1  = the fault commands as bash tool calls, then a wrong "done" claim;
+               kept only if the verifier says the task is NOT solved;
+  user turn  = "the previous attempt failed, the environment was not reset";
+  recovery   = the oracle solution/solve.sh split into its top-level commands, as tool calls, run in
+               the post-failure state; kept only if the verifier then says the task IS solved.
+Attempt 1 runs once; its end state is snapshotted and branched, and two recovery styles run from it
+(one plain, one that looks around first and carries reasoning), so most tasks give two rows.
+train_from_message_index is the index of the first recovery assistant message.
+"""
+import argparse
+import hashlib
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from reterm_jax.data.chat import BASH_TOOL  # noqa: E402
+from reterm_jax.data.schema import validate_rows  # noqa: E402
+
+log = logging.getLogger("build_demo_dataset")
+
+SYSTEM_PROMPT = (
+    "You are an autonomous terminal assistant working inside a Linux container. Complete the user's task "
+    "using the `bash` tool. Each call runs exactly one non-interactive shell command; stdin is closed, so "
+    "never start editors, pagers or prompts. The working directory and exported environment variables "
+    "persist from one call to the next. Every result shows the command's combined output and its exit "
+    "code. When the task is complete, reply without a tool call and say what you did."
+)
+RETRY_PROMPT = (
+    "Your previous attempt failed: the task was checked and it is not solved. The environment was NOT "
+    "reset; it is exactly as your previous attempt left it. Find out what is wrong with the current "
+    "state and complete the task."
+)
+DONE_CLAIM = "The task is complete."
+RECOVERED_CLAIM = "The task is now complete: I repaired the state left by the failed attempt and finished the job."
+LOOK_AROUND = "pwd && ls -la"
+EXEC_TIMEOUT_S = 120
+
+
+def format_observation(output: str, exit_code: int, timed_out: bool = False) -> str:
+    """The tool message content: the command's combined output, then its exit code."""
+    status = f"[timed out; exit code {exit_code}]" if timed_out else f"[exit code {exit_code}]"
+    output = output.rstrip("\n")
+    return f"{output}\n{status}" if output else status
+
+
+_HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
+
+
+def _complete(chunk: str) -> bool:
+    return subprocess.run(["bash", "-n", "-c", chunk], capture_output=True).returncode == 0
+
+
+def split_commands(script: str) -> list[str]:
+    """Top-level commands of a shell script, one tool call each. A chunk ends when bash -n accepts it
+    and no heredoc or line continuation is open. The shebang, `set -e`-style lines (a persistent
+    agent shell must not exit on the first error) and comment-only lines between commands are dropped."""
+    commands, chunk, heredocs = [], [], []
+    for line in script.splitlines():
+        if not chunk:
+            stripped = line.strip()
+            if not stripped or stripped.startswith("#") or re.fullmatch(r"set\s+-[a-z]+(\s+pipefail)?", stripped):
+                continue
+        chunk.append(line)
+        if heredocs:
+            if line.strip() == heredocs[0] or (line.lstrip("\t") == heredocs[0]):
+                heredocs.pop(0)
+        else:
+            heredocs.extend(m.group(2) for m in _HEREDOC.finditer(line))
+        if heredocs or line.endswith("\\"):
+            continue
+        text = "\n".join(chunk)
+        if _complete(text):
+            commands.append(text)
+            chunk = []
+    if chunk:
+        raise ValueError(f"script ends inside an unfinished command: {chr(10).join(chunk)[:200]!r}")
+    return _join_shell_variables(commands)
+
+
+_ASSIGN = re.compile(r"(?:^|[\s;&|(])([A-Za-z_][A-Za-z0-9_]*)=|(?:mapfile|readarray)\s+(?:-\S+\s+)*([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _join_shell_variables(commands: list[str]) -> list[str]:
+    """Only exported variables persist between tool calls, so a command that sets a plain shell
+    variable is joined with every later command that reads it."""
+    out, i = [], 0
+    while i < len(commands):
+        end, k = i, i
+        while k <= end:
+            for var in {a or b for a, b in _ASSIGN.findall(commands[k])}:
+                if re.search(rf"export\s+{var}=", commands[k]):
+                    continue
+                users = [m for m in range(end + 1, len(commands)) if re.search(rf"\$\{{?{var}\b", commands[m])]
+                end = max([end] + users)
+            k += 1
+        out.append("\n".join(commands[i:end + 1]))
+        i = end + 1
+    return out
+
+
+def call(command: str, index: int) -> dict:
+    return {"id": f"call_{index}", "type": "function",
+            "function": {"name": "bash", "arguments": json.dumps({"command": command}, ensure_ascii=False)}}
+
+
+def run_turns(sandbox, steps, start_index: int) -> list[dict]:
+    """Run (content, reasoning, command) steps in the sandbox: assistant + tool message per step."""
+    messages = []
+    for k, (content, reasoning, command) in enumerate(steps):
+        r = sandbox.exec(command, timeout=EXEC_TIMEOUT_S)
+        if not r.ok:
+            raise RuntimeError(f"sandbox failed on {command[:80]!r}: {r.error}")
+        msg = {"role": "assistant", "content": content, "tool_calls": [call(command, start_index + k)]}
+        if reasoning:
+            msg["reasoning_content"] = reasoning
+        messages += [msg, {"role": "tool", "content": format_observation(r.output, r.exit_code, r.timed_out)}]
+    return messages
+
+
+def make_row(task_name: str, messages: list[dict], train_from: int, rewards: dict) -> dict:
+    sha = hashlib.sha256(json.dumps(messages, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    return {"id": f"{task_name}:{sha[:16]}", "task_id": task_name, "messages": messages,
+            "train_from_message_index": train_from, "target_attempt_index": 2, "trajectory_sha256": sha,
+            "tools": [BASH_TOOL], "verified_rewards": rewards}
+
+
+def recovery_steps(solve_commands: list[str], style: int) -> list[tuple]:
+    if style == 0:
+        return [("Redoing the task from the current state." if i == 0 else "", None, c)
+                for i, c in enumerate(solve_commands)]
+    steps = [("Let me look at the state the failed attempt left behind.",
+              "The previous attempt was judged a failure, so its result cannot be trusted. "
+              "Check where I am and what is there before changing anything.", LOOK_AROUND)]
+    steps += [("", "Apply the fix step by step from the current state." if i == 0 else "", c)
+              for i, c in enumerate(solve_commands)]
+    return steps
+
+
+def rows_for_task(task) -> list[dict]:
+    from reterm_jax.sandbox import DockerSandbox, verify
+
+    solve = split_commands(open(task.solution_dir / "solve.sh").read())
+    head = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task.instruction}]
+    rows = []
+    with DockerSandbox.from_task(task) as sb:
+        attempt = run_turns(sb, [("I will make the change." if i == 0 else "", None, c)
+                                 for i, c in enumerate(task.fault_commands)], 0)
+        first = verify(sb, task)
+        if first.resolved or first.error:
+            log.warning("%s: attempt 1 %s; no rows", task.name, "passed" if first.resolved else f"errored: {first.error}")
+            return []
+        history = head + attempt + [{"role": "assistant", "content": DONE_CLAIM},
+                                    {"role": "user", "content": RETRY_PROMPT}]
+        snap = sb.snapshot()
+        try:
+            for style, branch in enumerate(snap.branch(2)):
+                with branch:
+                    recovery = run_turns(branch, recovery_steps(solve, style), 100)
+                    result = verify(branch, task)
+                if not result.resolved:
+                    log.warning("%s style %d: recovery not verified (reward %s, %s)", task.name, style,
+                                result.reward, result.error or result.output[-300:])
+                    continue
+                messages = history + recovery + [{"role": "assistant", "content": RECOVERED_CLAIM}]
+                rows.append(make_row(task.name, messages, len(history),
+                                     {"attempt_1": first.reward, "recovery": result.reward}))
+        finally:
+            snap.release()
+    return rows
+
+
+def main():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tasks", default=os.path.join(root, "tasks"))
+    parser.add_argument("--out", default=os.path.join(root, "reterm_jax", "assets", "demo", "reterm_demo.jsonl"))
+    parser.add_argument("--only", nargs="*", help="task names to build (default: all with fault_commands)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", force=True)
+    from reterm_jax.sandbox import load_task
+
+    rows = []
+    for name in sorted(os.listdir(args.tasks)):
+        path = os.path.join(args.tasks, name)
+        if not os.path.exists(os.path.join(path, "task.toml")) or (args.only and name not in args.only):
+            continue
+        task = load_task(path)
+        if not task.fault_commands:
+            continue
+        try:
+            new = rows_for_task(task)
+        except Exception as e:  # one broken task must not lose the others' rows
+            log.error("%s: %s: %s", name, type(e).__name__, e)
+            continue
+        log.info("%s: %d rows", name, len(new))
+        rows += new
+    good, report = validate_rows(rows)
+    if report.invalid:
+        raise SystemExit(f"{report.invalid} generated rows failed validation: {[str(e) for e in report.errors]}")
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    print(f"wrote {len(rows)} rows from {len({r['task_id'] for r in rows})} tasks to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

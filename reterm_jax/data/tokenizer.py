@@ -1,0 +1,62 @@
+"""Tokenizer loading and the special-token ids the data and sampling code need.
+
+Ids are looked up in the tokenizer, never hard-coded: the real Qwen3.5 vocabulary puts
+<|im_end|> at 248046, the bundled tiny tokenizer at 1036.
+"""
+import dataclasses
+import os
+
+TINY_TOKENIZER_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets", "tokenizer")
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecialIds:
+    pad: int            # <|endoftext|>: padding, and an end-of-text stop token
+    im_start: int
+    im_end: int         # end of turn
+    tool_call: int
+    tool_call_end: int
+    tool_response: int
+    tool_response_end: int
+    think: int
+    think_end: int
+
+    @property
+    def stop(self) -> tuple[int, ...]:
+        """Stop sampling on either end of turn or end of text (as the real generation config does)."""
+        return (self.im_end, self.pad)
+
+
+_SPECIAL_TOKENS = {
+    "pad": "<|endoftext|>", "im_start": "<|im_start|>", "im_end": "<|im_end|>",
+    "tool_call": "<tool_call>", "tool_call_end": "</tool_call>",
+    "tool_response": "<tool_response>", "tool_response_end": "</tool_response>",
+    "think": "<think>", "think_end": "</think>",
+}
+
+
+def load_tokenizer(path: str = TINY_TOKENIZER_DIR):
+    """AutoTokenizer from a local directory (no hub access is attempted)."""
+    from transformers import AutoTokenizer  # heavy import; only callers that need it pay for it
+
+    if not os.path.isdir(path):
+        raise FileNotFoundError(
+            f"tokenizer directory {path!r} does not exist; pass a local directory holding tokenizer.json "
+            f"and tokenizer_config.json (e.g. the Qwen3.5 checkpoint dir, or {TINY_TOKENIZER_DIR})")
+    if not os.path.exists(os.path.join(path, "tokenizer.json")):
+        raise FileNotFoundError(
+            f"{path!r} has no tokenizer.json; copy the tokenizer files of the checkpoint there, or rebuild "
+            "the tiny one with `python reterm_jax/assets/build_tiny_tokenizer.py`")
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    special_ids(tokenizer)  # fail here, at load time, if it is not a Qwen3.5-style vocabulary
+    return tokenizer
+
+
+def special_ids(tokenizer) -> SpecialIds:
+    vocab = tokenizer.get_vocab()
+    missing = [tok for tok in _SPECIAL_TOKENS.values() if tok not in vocab]
+    if missing:
+        raise ValueError(
+            f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} lacks the Qwen3.5 tokens {missing}; "
+            "use the Qwen3.5 tokenizer or reterm_jax/assets/tokenizer")
+    return SpecialIds(**{field: vocab[tok] for field, tok in _SPECIAL_TOKENS.items()})
