@@ -1,0 +1,103 @@
+"""Gated full attention of Qwen3.5: per-head [query|gate] q_proj, q/k norms, partial RoPE, GQA.
+
+The mask is built from segment ids, so the same code serves packed training rows, left
+padding, and attention against a cache: a query attends to a key iff the key's slot is not
+after the query's slot, both are in the same segment, and the key is not padding (segment 0).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from reterm_jax.model.cache import AttentionCache
+from reterm_jax.model.config import Qwen3_5Config
+from reterm_jax.model.norms import RMSNorm, stat_dtype
+from reterm_jax.model.params import dense
+from reterm_jax.model.rope import apply_rope
+
+
+def segment_mask(q_segments: jax.Array, q_slots: jax.Array, kv_segments: jax.Array) -> jax.Array:
+    """bool [B, T, S]: q_segments [B, T], q_slots [T] (absolute slot of each query), kv_segments [B, S]."""
+    causal = jnp.arange(kv_segments.shape[1])[None, :] <= q_slots[:, None]
+    same = q_segments[:, :, None] == kv_segments[:, None, :]
+    return causal[None] & same & (kv_segments != 0)[:, None, :]
+
+
+def grouped_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float) -> jax.Array:
+    """Softmax attention with GQA; q [B,T,Nq,D], k/v [B,S,Nkv,D], mask [B,T,S] -> [B,T,Nq,D].
+
+    Query head h reads kv head h // (Nq/Nkv) (HF's repeat_kv). Scores and softmax are fp32;
+    rows with no visible key (padding queries) get all-zero weights instead of NaN.
+    """
+    b, t, nq, d = q.shape
+    nkv = k.shape[2]
+    q = q.reshape(b, t, nkv, nq // nkv, d)
+    f = stat_dtype(q.dtype)
+    scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=f) * scale
+    visible = mask[:, None, None, :, :]
+    scores = jnp.where(visible, scores, jnp.finfo(f).min)
+    weights = jnp.where(visible, jax.nn.softmax(scores, axis=-1), 0.0).astype(v.dtype)
+    out = jnp.einsum("bkgts,bskd->btkgd", weights, v)
+    return out.reshape(b, t, nq, d)
+
+
+# Queries are processed in blocks of this many rows against only the keys up to the block's
+# end: causal work halves and each block's scores stay cache-sized (3-4x faster on CPU at
+# T=2048 than one [T, T] score matrix).
+QUERY_BLOCK = 128
+
+
+def causal_block_attention(q, k, v, segment_ids, scale: float, block: int = QUERY_BLOCK):
+    """Self-attention within one call (no cache): q [B,T,Nq,D], k/v [B,T,Nkv,D], segment_ids [B,T]."""
+    t = q.shape[1]
+    outs = []
+    for start in range(0, t, block):
+        end = min(t, start + block)
+        mask = segment_mask(segment_ids[:, start:end], jnp.arange(start, end), segment_ids[:, :end])
+        outs.append(grouped_attention(q[:, start:end], k[:, :end], v[:, :end], mask, scale))
+    return outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=1)
+
+
+class GatedAttention(nnx.Module):
+    def __init__(self, config: Qwen3_5Config, *, dtype, param_dtype, rngs: nnx.Rngs):
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        h, d = config.hidden_size, config.head_dim
+        kw = dict(init_std=config.initializer_range, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.q_proj = dense(h, 2 * self.num_heads * d, ("embed", "q_heads"), **kw)
+        self.k_proj = dense(h, self.num_kv_heads * d, ("embed", "kv_heads"), **kw)
+        self.v_proj = dense(h, self.num_kv_heads * d, ("embed", "kv_heads"), **kw)
+        self.o_proj = dense(self.num_heads * d, h, ("q_heads", "embed"), **kw)
+        self.q_norm = RMSNorm(d, config.rms_norm_eps, "head_dim", param_dtype=param_dtype)
+        self.k_norm = RMSNorm(d, config.rms_norm_eps, "head_dim", param_dtype=param_dtype)
+
+    def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, segment_ids: jax.Array, *,
+                 cache: AttentionCache | None = None, index: jax.Array | None = None,
+                 kv_segments: jax.Array | None = None):
+        """x [B,T,H]. Without cache: attends within x. With cache: writes K/V at slots
+        [index, index+T) and attends over the whole buffer, whose slot segments (already
+        including this call's tokens) are `kv_segments` [B, L]. Returns (out, new cache)."""
+        b, t, _ = x.shape
+        d = self.head_dim
+        # q_proj rows are per head [query | gate], not all queries then all gates.
+        q_and_gate = self.q_proj(x).reshape(b, t, self.num_heads, 2 * d)
+        q, gate = q_and_gate[..., :d], q_and_gate[..., d:].reshape(b, t, self.num_heads * d)
+        q = apply_rope(self.q_norm(q), cos, sin)
+        k = apply_rope(self.k_norm(self.k_proj(x).reshape(b, t, self.num_kv_heads, d)), cos, sin)
+        v = self.v_proj(x).reshape(b, t, self.num_kv_heads, d)
+
+        if cache is None:
+            out = causal_block_attention(q, k, v, segment_ids, d ** -0.5)
+        else:
+            start = (0, index, 0, 0)
+            keys = jax.lax.dynamic_update_slice(cache.keys, k.astype(cache.keys.dtype), start)
+            values = jax.lax.dynamic_update_slice(cache.values, v.astype(cache.values.dtype), start)
+            cache = AttentionCache(keys=keys, values=values)
+            k, v = keys.astype(q.dtype), values.astype(q.dtype)
+            mask = segment_mask(segment_ids, index + jnp.arange(t), kv_segments)
+            out = grouped_attention(q, k, v, mask, d ** -0.5)
+
+        out = out.reshape(b, t, self.num_heads * d) * jax.nn.sigmoid(gate)
+        return self.o_proj(out), cache

@@ -1,0 +1,174 @@
+"""Qwen3.5 text decoder: embeddings, hybrid DeltaNet / gated-attention layers, final norm, head.
+
+    logits = model(input_ids, positions=None, segment_ids=None)                 # [B,T,V] fp32
+    logits, cache = model(input_ids, positions=..., segment_ids=..., cache=c)    # prefill/decode/continue
+
+Parameter paths are HF's names minus the `model.` / `model.language_model.` prefix (a Linear's
+`weight` is `kernel` transposed, `embed_tokens.weight` is `embedding`), so HF conversion is a
+short table (reterm_jax.model.hf_io).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+from flax import nnx, struct
+
+from reterm_jax.model.attention import GatedAttention
+from reterm_jax.model.cache import Cache
+from reterm_jax.model.config import LINEAR_ATTENTION, Qwen3_5Config
+from reterm_jax.model.deltanet import GatedDeltaNet, segment_starts
+from reterm_jax.model.mlp import MLP
+from reterm_jax.model.norms import RMSNorm, stat_dtype
+from reterm_jax.model.params import dense, sharding_metadata
+from reterm_jax.model.rope import rope_cos_sin
+
+
+@struct.dataclass
+class LayerInputs:
+    """Per-call tensors every layer reads (computed once per forward, not per layer)."""
+    cos: jax.Array
+    sin: jax.Array
+    segment_ids: jax.Array               # [B, T]
+    reset: jax.Array                     # [B, T] DeltaNet segment starts
+    index: jax.Array | None = None       # cache write slot
+    kv_segments: jax.Array | None = None  # [B, L] cache slot segments incl. this call
+
+
+class DecoderLayer(nnx.Module):
+    """Pre-norm block: h += mixer(norm1(h)); h += mlp(norm2(h))."""
+
+    def __init__(self, config: Qwen3_5Config, layer_type: str, *, dtype, param_dtype, rngs: nnx.Rngs):
+        self.is_linear = layer_type == LINEAR_ATTENTION
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        if self.is_linear:
+            self.linear_attn = GatedDeltaNet(config, **kw)
+        else:
+            self.self_attn = GatedAttention(config, **kw)
+        self.mlp = MLP(config, **kw)
+        h, eps = config.hidden_size, config.rms_norm_eps
+        self.input_layernorm = RMSNorm(h, eps, "norm", param_dtype=param_dtype)
+        self.post_attention_layernorm = RMSNorm(h, eps, "norm", param_dtype=param_dtype)
+
+    def __call__(self, h: jax.Array, inputs: LayerInputs, cache=None):
+        x = self.input_layernorm(h)
+        if self.is_linear:
+            x, cache = self.linear_attn(x, inputs.segment_ids, inputs.reset, cache)
+        else:
+            x, cache = self.self_attn(x, inputs.cos, inputs.sin, inputs.segment_ids, cache=cache,
+                                      index=inputs.index, kv_segments=inputs.kv_segments)
+        h = h + x
+        h = h + self.mlp(self.post_attention_layernorm(h))
+        return h, cache
+
+
+def _run_layer(layer: DecoderLayer, h, inputs, cache):
+    return layer(h, inputs, cache)
+
+
+class TextModel(nnx.Module):
+    """`model.*` of the checkpoint: embed_tokens, layers, norm. Returns final hidden states."""
+
+    def __init__(self, config: Qwen3_5Config, *, dtype, param_dtype, remat, rngs: nnx.Rngs):
+        self.config = config
+        self.dtype = dtype
+        self.remat = remat
+        self.embed_tokens = nnx.Embed(
+            config.vocab_size, config.hidden_size, dtype=dtype, param_dtype=param_dtype,
+            embedding_init=jax.nn.initializers.normal(config.initializer_range),
+            embedding_metadata=sharding_metadata(("vocab", "embed")), rngs=rngs)
+        self.layers = nnx.List([
+            DecoderLayer(config, layer_type, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+            for layer_type in config.layer_types])
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, "norm", param_dtype=param_dtype)
+
+    def __call__(self, input_ids, positions=None, segment_ids=None, cache: Cache | None = None):
+        """Hidden states [B,T,H] (compute dtype), and the updated cache when one is given."""
+        b, t = input_ids.shape
+        cfg = self.config
+        if segment_ids is None:  # one unpadded sequence per row (continuing the cached one)
+            segment_ids = (jnp.ones((b, t), jnp.int32) if cache is None else
+                           jnp.broadcast_to(jnp.maximum(cache.last_segment, 1)[:, None], (b, t)))
+        segment_ids = segment_ids.astype(jnp.int32)
+        if positions is None:
+            start = 0 if cache is None else cache.next_position[:, None]
+            positions = jnp.broadcast_to(start + jnp.arange(t, dtype=jnp.int32), (b, t))
+        positions = positions.astype(jnp.int32)
+        last_segment = jnp.zeros((b,), jnp.int32) if cache is None else cache.last_segment
+        cos, sin = rope_cos_sin(positions, cfg.rotary_dim, cfg.rope_theta, self.dtype)
+        inputs = LayerInputs(cos=cos, sin=sin, segment_ids=segment_ids,
+                             reset=segment_starts(segment_ids, last_segment))
+        if cache is not None:
+            kv_segments = jax.lax.dynamic_update_slice(cache.segment_ids, segment_ids, (0, cache.index))
+            inputs = inputs.replace(index=cache.index, kv_segments=kv_segments)
+
+        run = _run_layer
+        if self.remat:
+            policy = self.remat if callable(self.remat) else None
+            run = nnx.remat(_run_layer, policy=policy)
+        h = self.embed_tokens(input_ids)
+        new_layers = []
+        for i, layer in enumerate(self.layers):
+            h, layer_cache = run(layer, h, inputs, None if cache is None else cache.layers[i])
+            new_layers.append(layer_cache)
+        h = self.norm(h)
+        if cache is None:
+            return h
+        return h, _advance(cache, tuple(new_layers), inputs.kv_segments, segment_ids, positions)
+
+
+def _advance(cache: Cache, layers: tuple, kv_segments, segment_ids, positions) -> Cache:
+    """Bookkeeping after writing T slots: per row, the last real token's segment and position."""
+    t = segment_ids.shape[1]
+    real = segment_ids != 0
+    last = jnp.max(jnp.where(real, jnp.arange(t), -1), axis=1)
+    has_real = last >= 0
+    pick = lambda x: jnp.take_along_axis(x, jnp.maximum(last, 0)[:, None], axis=1)[:, 0]
+    return Cache(
+        layers=layers, index=cache.index + t, segment_ids=kv_segments,
+        last_segment=jnp.where(has_real, pick(segment_ids), cache.last_segment),
+        next_position=jnp.where(has_real, pick(positions) + 1, cache.next_position),
+    )
+
+
+class Qwen3_5ForCausalLM(nnx.Module):
+    """The text decoder with its LM head (tied to the embedding when the config says so).
+
+    dtype: compute dtype of activations and matmuls; param_dtype: storage dtype of parameters
+    (except `linear_attn.A_log` and `linear_attn.norm.weight`, always fp32). Norm statistics,
+    softmax, DeltaNet gates/decays and state are fp32 whatever `dtype`; logits are fp32.
+    remat: False, True (recompute each decoder layer in the backward pass), or a
+    `jax.checkpoint_policies` policy.
+    """
+
+    def __init__(self, config: Qwen3_5Config, *, dtype=jnp.float32, param_dtype=jnp.float32,
+                 remat: bool | Callable = False, rngs: nnx.Rngs | None = None):
+        rngs = nnx.Rngs(0) if rngs is None else rngs
+        self.config = config
+        self.model = TextModel(config, dtype=dtype, param_dtype=param_dtype, remat=remat, rngs=rngs)
+        if config.tie_word_embeddings:
+            self.lm_head = None  # logits use embed_tokens.embedding.T
+        else:
+            self.lm_head = dense(config.hidden_size, config.vocab_size, ("embed", "vocab"),
+                                 init_std=config.initializer_range, dtype=dtype,
+                                 param_dtype=param_dtype, rngs=rngs)
+
+    def logits(self, hidden: jax.Array) -> jax.Array:
+        """fp32 logits from final hidden states (accumulated in fp32, not rounded to bf16 first)."""
+        f = stat_dtype(hidden.dtype)
+        if self.lm_head is None:
+            table = self.model.embed_tokens.embedding[...].astype(hidden.dtype)
+            return jnp.einsum("bth,vh->btv", hidden, table, preferred_element_type=f)
+        kernel = self.lm_head.kernel[...].astype(hidden.dtype)
+        return jnp.einsum("bth,hv->btv", hidden, kernel, preferred_element_type=f)
+
+    def __call__(self, input_ids, positions=None, segment_ids=None, cache: Cache | None = None):
+        """input_ids [B,T] int; positions [B,T] (default: arange, or continuing the cache);
+        segment_ids [B,T] (0 = padding; default: one sequence per row). Returns fp32 logits
+        [B,T,V], plus the updated cache when `cache` is given."""
+        out = self.model(input_ids, positions=positions, segment_ids=segment_ids, cache=cache)
+        if cache is None:
+            return self.logits(out)
+        hidden, cache = out
+        return self.logits(hidden), cache
