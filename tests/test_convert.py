@@ -1,0 +1,100 @@
+"""HF <-> orbax conversion: bit-identical round trips, restored logits, CLI errors."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from flax import nnx
+
+from hf_reference import VOCAB, build_hf_model, hf_logits, save_hf_model
+from reterm_jax import convert
+from reterm_jax.model import safetensors_io as st
+from reterm_jax.model.hf_io import load_pretrained
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+IDS = np.random.default_rng(1).integers(0, VOCAB, size=(2, 9))
+
+
+def raw_tensors(directory: str) -> dict:
+    r = st.CheckpointReader(directory)
+    return {n: (r.info(n).dtype, r.info(n).shape, r.raw(n)) for n in r.names()}
+
+
+def forward(model) -> np.ndarray:
+    return np.asarray(nnx.jit(lambda m, x: m(x))(model, jnp.asarray(IDS)))
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    hf = build_hf_model("mha_conv3_hv3", multimodal=True, dtype=torch.bfloat16, seed=11)
+    d = str(tmp_path_factory.mktemp("hf"))
+    save_hf_model(hf, d, add_mtp=True, max_shard_size="40KB")
+    return d
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "reterm_jax.convert", *args], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_hf_orbax_hf_is_bit_identical_and_logits_match(hf_dir, tmp_path):
+    from transformers import Qwen3_5ForConditionalGeneration
+
+    ckpt, out = str(tmp_path / "ckpt"), str(tmp_path / "hf_out")
+    convert.hf_to_orbax(hf_dir, ckpt)  # f32 params from a bf16 checkpoint
+    info = json.load(open(os.path.join(ckpt, convert.INFO_FILE)))
+    assert info["source_hf_dir"] == os.path.abspath(hf_dir) and info["param_dtype"] == "float32"
+    restored = convert.restore_model(ckpt)
+    assert restored.model.embed_tokens.embedding.get_value().dtype == jnp.float32
+    np.testing.assert_array_equal(forward(restored), forward(load_pretrained(hf_dir)))
+
+    convert.orbax_to_hf(ckpt, out, source=hf_dir, max_shard_size="40KB")
+    assert raw_tensors(out) == raw_tensors(hf_dir)
+    load = lambda d: Qwen3_5ForConditionalGeneration.from_pretrained(d, dtype=torch.float32).eval()
+    np.testing.assert_array_equal(hf_logits(load(out), IDS), hf_logits(load(hf_dir), IDS))
+
+
+def test_restore_keeps_the_stored_dtype(hf_dir, tmp_path):
+    ckpt = str(tmp_path / "ckpt_bf16")
+    convert.hf_to_orbax(hf_dir, ckpt, param_dtype=jnp.bfloat16)
+    model = convert.restore_model(ckpt)
+    layer = model.model.layers[1]
+    assert layer.mlp.up_proj.kernel.get_value().dtype == jnp.bfloat16
+    assert layer.linear_attn.A_log.get_value().dtype == jnp.float32
+    out = str(tmp_path / "hf_out")
+    convert.orbax_to_hf(ckpt, out)  # source taken from the recorded HF dir
+    assert raw_tensors(out) == raw_tensors(hf_dir)
+    with pytest.raises(FileExistsError, match="already exists"):
+        convert.hf_to_orbax(hf_dir, ckpt)
+
+
+def test_cli_round_trip(hf_dir, tmp_path):
+    ckpt, out = str(tmp_path / "ckpt"), str(tmp_path / "out")
+    proc = run_cli("--to=orbax", f"--hf={hf_dir}", f"--out={ckpt}", "--mesh=1,-1,1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_cli("--to=hf", f"--checkpoint={ckpt}", f"--out={out}", f"--source={hf_dir}",
+                   "--dtype=bfloat16")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert raw_tensors(out) == raw_tensors(hf_dir)  # the source is bf16 (+F32 A_log/norm) already
+    assert os.path.exists(os.path.join(out, "config.json"))
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--hf=/x", "--out=/y"], "pass --to=orbax"),
+    (["--to=orbax", "--out=/y"], "--to=orbax needs --hf"),
+    (["--to=orbax", "--hf={hf}", "--out=/y", "--checkpoint=/z"], "does not take --checkpoint"),
+    (["--to=hf", "--checkpoint=/does/not/exist", "--out=/y"], "is not a directory"),
+    (["--to=hf", "--checkpoint={hf}", "--out=/y"], "no orbax params found"),
+])
+def test_cli_errors_name_the_problem(hf_dir, args, message):
+    proc = run_cli(*(a.format(hf=hf_dir) for a in args))
+    assert proc.returncode != 0
+    assert message in proc.stderr, proc.stderr[-2000:]
