@@ -1,0 +1,253 @@
+"""Episodes of the bash harness for a batch of environments, token in / token out.
+
+    trajs = run_episodes(sampler, tokenizer, envs, [initial_messages(task.instruction)] * G,
+                         task_ids=[task.name] * G, limits=Limits.tiny(), params=SamplingParams(1.0),
+                         key=jax.random.key(0))
+
+One row of the sampler's batch per episode (e.g. G branches of one snapshot). Rows advance in
+lockstep, one turn at a time:
+  1. every running row generates its turn in one batched `generate` (rows that stop early, or
+     have ended, feed pad slots until the longest turn ends);
+  2. the tool calls of all rows run concurrently on a SandboxPool (one job per row, its calls in
+     order); malformed calls become error observations without running anything;
+  3. all observations are appended in ONE right-padded multi-token continuation (`extend`); a row
+     without an observation (ended) gets pad slots only.
+No row ever waits with a half-fed observation while others generate, and the cache holds, per
+row, exactly the prompt + sampled turns + observation pieces, in order. Pad slots cost cache
+length (the shared write index), not correctness.
+
+Token-in/token-out invariant, asserted at the start of every turn and at the end: the tokens in
+the row's cache slots (read back from the sampler) equal the trajectory's record, and the
+previous turn's context plus its sampled tokens are a prefix of this turn's context. The history
+is never re-rendered: observations are tokenised on their own (`harness.observation_text`).
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import jax
+import numpy as np
+
+from reterm_jax.data.tokenizer import special_ids
+from reterm_jax.rl import harness
+from reterm_jax.rl.harness import Limits, ParsedTurn
+from reterm_jax.rl.sampler import Sampler
+from reterm_jax.rl.sampling import SamplingParams
+from reterm_jax.rl.trajectory import Trajectory, Turn
+
+# A scripted policy (tests, oracle baselines): given the row and its trajectory so far, the
+# assistant text that follows the generation prompt, ending with "<|im_end|>". Its tokens are
+# teacher-forced through the same decode path as sampled ones.
+Script = Callable[[int, Trajectory], str]
+
+
+class PrefixInvariantError(AssertionError):
+    """The model's context diverged from the trajectory's record (a token-in/token-out bug)."""
+
+
+def check_prefix(row: int, seen: np.ndarray, record: list[int], previous: list[int] | None) -> None:
+    """seen: the tokens in the row's cache; record: the trajectory's tokens; previous: the
+    previous turn's context + its sampled tokens (None on the first turn)."""
+    seen = [int(t) for t in seen]
+    if seen != record:
+        at = next((i for i, (a, b) in enumerate(zip(seen, record)) if a != b), min(len(seen), len(record)))
+        raise PrefixInvariantError(f"row {row}: the cache holds {len(seen)} tokens, the trajectory {len(record)}; "
+                                   f"first difference at {at}")
+    if previous is not None and seen[:len(previous)] != previous:
+        raise PrefixInvariantError(f"row {row}: the previous turn's context + sampled tokens are not a prefix "
+                                   "of this turn's context")
+
+
+def _tokenize(tokenizer, text: str) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _run_calls(env, parsed: ParsedTurn, timeout: float) -> list[dict]:
+    """Run one row's tool calls in order; stop at a sandbox failure (the rest would fail too)."""
+    results = []
+    for call in parsed.calls:
+        if call.error:
+            results.append({"command": call.command, "observation": harness.error_observation(call.error),
+                            "output": "", "exit_code": None, "timed_out": False, "exec_s": 0.0, "error": None})
+            continue
+        r = env.exec(call.command, timeout=timeout)
+        results.append({"command": call.command, "output": r.output, "exit_code": r.exit_code,
+                        "timed_out": r.timed_out, "exec_s": r.duration_s, "error": r.error,
+                        "observation": harness.format_observation(r.output, r.exit_code, r.timed_out)})
+        if r.error:
+            break
+    return results
+
+
+def _record_turn(traj: Trajectory, tokenizer, tokens: list[int], logprobs: list[float], stopped: bool,
+                 gen_s: float, turn_index: int) -> ParsedTurn:
+    """Append the sampled tokens, the Turn and the assistant message; return the parsed turn."""
+    context_len = len(traj.tokens)
+    span = traj.add_sampled(tokens, logprobs)
+    body = tokens[:-1] if stopped else tokens
+    text = tokenizer.decode(body, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    parsed = harness.parse_assistant(text)
+    traj.turns.append(Turn(context_len=context_len, sampled=span, text=text, reasoning=parsed.reasoning,
+                           content=parsed.content, stop="stop" if stopped else "length", gen_s=gen_s,
+                           tool_calls=[{"name": c.name, "arguments": c.arguments, "error": c.error, "raw": c.raw}
+                                       for c in parsed.calls]))
+    message = {"role": "assistant", "content": parsed.content, "reasoning_content": parsed.reasoning}
+    runnable = [c for c in parsed.calls if not c.error]
+    if runnable:
+        message["tool_calls"] = [c.openai(f"call_{turn_index}_{i}") for i, c in enumerate(runnable)]
+    elif parsed.calls:  # malformed only: keep the markup, so the tool message that follows has its call
+        message["content"] = text.partition("</think>")[2].strip() if "</think>" in text else text.strip()
+    traj.messages.append(message)
+    return parsed
+
+
+def _record_results(turn: Turn, results: list[dict]) -> str | None:
+    """Copy one row's call results into its Turn; return the sandbox failure, if any."""
+    for x in results:
+        if "observation" in x:
+            turn.commands.append(x["command"])
+            turn.outputs.append(x["output"])
+            turn.exit_codes.append(x["exit_code"])
+            turn.timed_out.append(x["timed_out"])
+            turn.exec_s.append(x["exec_s"])
+            turn.observations.append(x["observation"])
+    return next((x["error"] for x in results if x.get("error")), None)
+
+
+def _add_tool_messages(traj: Trajectory, turn: Turn) -> None:
+    call_ids = iter(c["id"] for c in traj.messages[-1].get("tool_calls", []))
+    for obs, call in zip(turn.observations, turn.tool_calls):
+        message = {"role": "tool", "content": obs}
+        if not call["error"]:
+            message["tool_call_id"] = next(call_ids)
+        traj.messages.append(message)
+
+
+def _thread_map(fn, items) -> list:
+    """SandboxPool.map's contract (an Outcome per item, never raising) on plain threads, for
+    callers without a pool (a SandboxPool reaps Docker leftovers on creation, so it needs Docker)."""
+    from reterm_jax.sandbox.pool import Outcome
+
+    def run(item):
+        start = time.monotonic()
+        try:
+            return Outcome(item, fn(item), duration_s=time.monotonic() - start)
+        except Exception as e:  # noqa: BLE001 - one bad row never kills the batch
+            return Outcome(item, error=f"{type(e).__name__}: {e}", duration_s=time.monotonic() - start)
+    if not items:
+        return []
+    with ThreadPoolExecutor(max_workers=len(items), thread_name_prefix="reterm-rollout") as ex:
+        return list(ex.map(run, items))
+
+
+def run_episodes(sampler: Sampler, tokenizer, envs: Sequence, messages: Sequence[list[dict]], *,
+                 task_ids: Sequence[str], limits: Limits, params: SamplingParams = SamplingParams(),
+                 key: jax.Array | None = None, script: Script | None = None, pool=None,
+                 verify_fn: Callable | None = None) -> list[Trajectory]:
+    """Run len(envs) episodes to their end; each env has `.exec(command, timeout)` (a DockerSandbox).
+    pool: a SandboxPool that runs the rows' tool calls and verifications (default: one thread per
+    row). verify_fn(env) -> VerifyResult (e.g. reterm_jax.sandbox.verify) fills reward/resolved.
+    Set limits.wall_clock_s from the task's [agent].timeout_sec to honour it."""
+    batch = len(envs)
+    if not len(messages) == len(task_ids) == batch:
+        raise ValueError(f"{batch} envs, {len(messages)} message lists, {len(task_ids)} task ids")
+    key = jax.random.key(0) if key is None else key
+    stop_pad = special_ids(tokenizer).pad
+    pmap = pool.map if pool is not None else _thread_map
+    started = time.monotonic()
+    trajs = [Trajectory(task_id=t, episode_id=f"{t}-{uuid.uuid4().hex[:12]}", messages=[dict(m) for m in msgs],
+                        train_from_message_index=len(msgs)) for t, msgs in zip(task_ids, messages)]
+    running = np.ones(batch, bool)
+
+    def end(r: int, reason: str) -> None:
+        if running[r]:
+            running[r] = False
+            trajs[r].end_reason = reason
+
+    prompts = [_tokenize(tokenizer, harness.prompt_text(t.messages)) for t in trajs]
+    for r, p in enumerate(prompts):
+        if len(p) >= min(limits.max_tokens, sampler.max_length):
+            end(r, harness.TOKEN_BUDGET)
+    fed = [p if running[r] else None for r, p in enumerate(prompts)]
+    for r, p in enumerate(fed):
+        if p is not None:
+            trajs[r].add_context(p)
+            trajs[r].prompt_len = len(p)
+    state = sampler.extend(sampler.init(batch), fed)
+    previous: list[list[int] | None] = [None] * batch
+    for turn_index in range(limits.max_turns + 1):
+        for r in np.flatnonzero(running):
+            if turn_index >= limits.max_turns:
+                end(r, harness.MAX_TURNS)
+            elif time.monotonic() - started > limits.wall_clock_s:
+                end(r, harness.WALL_CLOCK)
+            elif len(trajs[r].tokens) >= limits.max_tokens or sampler.remaining(state) < 1:
+                end(r, harness.TOKEN_BUDGET)
+        if not running.any():
+            break
+        seen = sampler.contexts(state)
+        for r in np.flatnonzero(running):
+            check_prefix(int(r), seen[r], trajs[r].tokens, previous[r])
+        budget = [limits.max_tokens - len(t.tokens) for t in trajs]
+        forced = None
+        if script is not None:
+            forced = [_tokenize(tokenizer, script(r, trajs[r])) if running[r] else None for r in range(batch)]
+        t0 = time.monotonic()
+        state, gen = sampler.generate(state, jax.random.fold_in(key, turn_index), params,
+                                      limits.max_new_tokens_per_turn, active=running, row_limits=budget,
+                                      forced=forced)
+        gen_s = time.monotonic() - t0
+
+        to_run: dict[int, ParsedTurn] = {}
+        for r in np.flatnonzero(running):
+            traj, toks = trajs[r], gen.tokens[r]
+            parsed = _record_turn(traj, tokenizer, toks, gen.logprobs[r], gen.stopped[r], gen_s, turn_index)
+            previous[r] = list(traj.tokens)
+            if not gen.stopped[r]:
+                out_of_budget = len(toks) >= budget[r] or sampler.remaining(state) < 1
+                end(r, harness.TOKEN_BUDGET if out_of_budget else harness.TURN_TOO_LONG)
+            elif toks[-1] == stop_pad:
+                end(r, harness.END_OF_TEXT)
+            elif parsed.completed:
+                end(r, harness.COMPLETED)
+            else:
+                to_run[int(r)] = parsed
+
+        rows = list(to_run)
+        outcomes = pmap(lambda r: _run_calls(envs[r], to_run[r], limits.command_timeout_s), rows)
+        pieces: list[list[int] | None] = [None] * batch
+        for r, outcome in zip(rows, outcomes):
+            traj, turn = trajs[r], trajs[r].turns[-1]
+            failure = _record_results(turn, outcome.value if outcome.ok else [{"error": outcome.error}])
+            if failure:
+                traj.error = f"sandbox failed during the episode: {failure}"
+                end(r, harness.SANDBOX_ERROR)
+                continue
+            piece = _tokenize(tokenizer, harness.observation_text(turn.observations))
+            if len(traj.tokens) + len(piece) >= limits.max_tokens or len(piece) > sampler.remaining(state):
+                end(r, harness.TOKEN_BUDGET)
+                continue
+            turn.observation = traj.add_context(piece)
+            pieces[r] = piece
+            _add_tool_messages(traj, turn)
+        state = sampler.extend(state, pieces)
+
+    seen = sampler.contexts(state)
+    for r in range(batch):
+        check_prefix(r, seen[r], trajs[r].tokens, None)
+    if verify_fn is not None:
+        # A sandbox that failed mid-episode gives a masked sample (end_reason says so), not a reward.
+        rows = [r for r in range(batch) if trajs[r].end_reason != harness.SANDBOX_ERROR]
+        verified = pmap(verify_fn, [envs[r] for r in rows])
+        for traj, outcome in zip([trajs[r] for r in rows], verified):
+            if outcome.ok:
+                traj.reward, traj.resolved = outcome.value.reward, outcome.value.resolved
+                traj.verify_error = outcome.value.error
+            else:
+                traj.reward, traj.verify_error = 0.0, outcome.error
+    for traj in trajs:
+        traj.wall_s = time.monotonic() - started
+    return trajs

@@ -1,0 +1,229 @@
+"""Batched generation on the model's cache: token in, token out.
+
+    sampler = Sampler(model, stop_ids=special.stop, pad_id=special.pad, max_length=4096)
+    state = sampler.init(batch_size=4)
+    state = sampler.extend(state, prompts)               # prefill (one token list per row)
+    state, out = sampler.generate(state, key, SamplingParams(0.7, 20, 0.95), max_new_tokens=512)
+    state = sampler.extend(state, observations)          # multi-token continuation, rows may skip
+    sampler.contexts(state)                              # per row: every token the cache has seen
+
+How rows of a batch share one cache: the cache has one write index for the batch, so every
+call writes the same number of slots for every row. A row with fewer tokens than the call's
+width is padded with segment id 0, which the model treats as transparent (attention masks
+the slot; DeltaNet neither writes nor decays state there, and its conv window carries over
+calls). Continuations are RIGHT-padded (real tokens first): the DeltaNet conv is only exact
+when a row's pads come after its real tokens inside one call. During decoding a row that has
+stopped (or is not active) feeds a pad slot per step while the others go on.
+
+Every sampled token, the stop token included, is fed back into the cache before the loop
+ends, so the next continuation (a tool observation) follows it directly: the history is never
+re-rendered or re-tokenised. `state.tokens` records the token written at each slot, so the
+rollout can check its own record against what the model actually saw (`contexts`).
+
+Compilation: `extend` pads its width up to a bucket (`bucket_length`: at most 4 widths per
+octave, at most 25% padding), so prompts and observations of any length reuse a few compiled
+shapes; `generate` compiles once
+per (batch, max_new_tokens, SamplingParams) and runs a `lax.while_loop` that stops as soon as
+every row is done. Logits come from `model.logits` on the model's hidden states, the same
+code the trainer's full forward uses, and log-probs from `sampling.token_logprobs` math.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx, struct
+
+from reterm_jax.model.cache import Cache, init_cache
+from reterm_jax.rl.sampling import SamplingParams, sampling_logprobs
+
+ROW_SEGMENT = 1  # each row holds one sequence; 0 marks padding
+
+
+@struct.dataclass
+class SamplerState:
+    cache: Cache
+    tokens: jax.Array       # int32 [B, L]: token written at each cache slot (pad where segment 0)
+    last_logits: jax.Array  # fp32 [B, V]: logits that predict each row's next token
+
+    @property
+    def index(self) -> int:
+        return int(self.cache.index)
+
+
+@dataclasses.dataclass(frozen=True)
+class Generation:
+    """One `generate` call, per row (empty lists for rows that did not run)."""
+    tokens: list[list[int]]
+    logprobs: list[list[float]]
+    stopped: list[bool]      # ended on a stop token (False: hit its length limit or did not run)
+    steps: int               # decode steps the loop ran (cache slots used)
+
+
+def bucket_length(n: int, min_bucket: int = 16) -> int:
+    """The padded width for n tokens: n rounded up to a quarter of its power of two (at least
+    `min_bucket`), so at most 4 compiled widths per octave and at most 25% padding."""
+    if n <= min_bucket:
+        return min_bucket
+    step = max(min_bucket, 1 << max(0, (n - 1).bit_length() - 3))
+    return -(-n // step) * step
+
+
+class Sampler:
+    def __init__(self, model: nnx.Module, *, stop_ids: Sequence[int], pad_id: int, max_length: int,
+                 min_bucket: int = 16, cache_dtype=None, donate: bool | None = None):
+        """donate: let XLA reuse the cache buffers of the state passed to `extend` / `generate`
+        (that state is then invalid: always continue from the returned one). Default: on
+        accelerators only (the CPU backend cannot donate). False keeps old states usable, e.g.
+        to decode several times from one prefill."""
+        self.config = model.config
+        self.graphdef, self.params = nnx.split(model)
+        self.stop_ids = tuple(int(s) for s in stop_ids)
+        self.pad_id = int(pad_id)
+        self.max_length = int(max_length)
+        self.min_bucket = min_bucket
+        self.cache_dtype = cache_dtype if cache_dtype is not None else model.model.dtype
+        if donate is None:
+            donate = jax.default_backend() != "cpu"
+        donated = (1,) if donate else ()  # argument 1 is the SamplerState
+        self._extend = jax.jit(partial(_extend, self.graphdef), donate_argnums=donated)
+        self._generate = jax.jit(partial(_generate, self.graphdef, self.stop_ids, self.pad_id),
+                                 static_argnames=("params", "width"), donate_argnums=donated)
+
+    def update_params(self, model: nnx.Module) -> None:
+        """Take the current weights (after a training step); shapes must not change."""
+        self.params = nnx.state(model)
+
+    def init(self, batch_size: int) -> SamplerState:
+        cache = init_cache(self.config, batch_size, self.max_length, self.cache_dtype)
+        return SamplerState(cache=cache, tokens=jnp.full((batch_size, self.max_length), self.pad_id, jnp.int32),
+                            last_logits=jnp.zeros((batch_size, self.config.vocab_size), jnp.float32))
+
+    def remaining(self, state: SamplerState) -> int:
+        """Cache slots still free (shared by all rows)."""
+        return self.max_length - state.index
+
+    def extend(self, state: SamplerState, pieces: Sequence[Sequence[int] | None]) -> SamplerState:
+        """Append pieces[r] to row r (None or empty: the row gets only pad slots). Right-padded to
+        a bucket. The first call on a fresh state is the prefill."""
+        batch = state.tokens.shape[0]
+        if len(pieces) != batch:
+            raise ValueError(f"extend: {len(pieces)} pieces for a batch of {batch}")
+        longest = max((len(p) for p in pieces if p), default=0)
+        if longest == 0:
+            return state
+        width = bucket_length(longest, self.min_bucket)
+        if width > self.remaining(state):
+            width = longest  # no room to pad up to the bucket; compile this exact width once
+        if width > self.remaining(state):
+            raise ValueError(f"extend: {longest} tokens do not fit in the cache ({self.remaining(state)} "
+                             f"of {self.max_length} slots free); raise max_length")
+        ids = np.full((batch, width), self.pad_id, np.int32)
+        seg = np.zeros((batch, width), np.int32)
+        for r, piece in enumerate(pieces):
+            if piece:
+                ids[r, :len(piece)] = piece
+                seg[r, :len(piece)] = ROW_SEGMENT
+        return self._extend(self.params, state, jnp.asarray(ids), jnp.asarray(seg))
+
+    def generate(self, state: SamplerState, key: jax.Array, params: SamplingParams, max_new_tokens: int,
+                 *, active: Sequence[bool] | None = None, row_limits: Sequence[int] | None = None,
+                 forced: Sequence[Sequence[int] | None] | None = None) -> tuple[SamplerState, Generation]:
+        """Decode up to `max_new_tokens` per row until a stop token. active[r] False: row r feeds
+        pads only. row_limits[r]: a smaller per-row cap. forced[r]: teacher-force these tokens
+        for row r instead of sampling (its log-probs are still the sampler's); the row stops
+        after them or at a stop token among them."""
+        batch = state.tokens.shape[0]
+        active = np.ones(batch, bool) if active is None else np.asarray(active, bool)
+        limits = np.full(batch, max_new_tokens, np.int32)
+        if row_limits is not None:
+            limits = np.minimum(limits, np.asarray(row_limits, np.int32))
+        forced_ids = np.full((batch, max_new_tokens), self.pad_id, np.int32)
+        has_forced = np.zeros(batch, bool)
+        for r, f in enumerate(forced or ()):
+            if f is not None:
+                if len(f) > max_new_tokens:
+                    raise ValueError(f"forced tokens for row {r}: {len(f)} > max_new_tokens={max_new_tokens}")
+                forced_ids[r, :len(f)] = f
+                has_forced[r] = True
+                limits[r] = min(limits[r], len(f))
+        steps_allowed = min(max_new_tokens, self.remaining(state))
+        state, out, logp, length, stopped, steps = self._generate(
+            self.params, state, key, jnp.asarray(active), jnp.asarray(limits), jnp.asarray(forced_ids),
+            jnp.asarray(has_forced), jnp.asarray(steps_allowed, jnp.int32), params=params, width=max_new_tokens)
+        out, logp, length, stopped = (np.asarray(x) for x in (out, logp, length, stopped))
+        return state, Generation(
+            tokens=[out[r, :length[r]].tolist() for r in range(batch)],
+            logprobs=[logp[r, :length[r]].tolist() for r in range(batch)],
+            stopped=[bool(s) for s in stopped], steps=int(steps))
+
+    def contexts(self, state: SamplerState) -> list[np.ndarray]:
+        """Per row, the tokens in its cache slots (padding dropped), in order."""
+        tokens, seg = np.asarray(state.tokens), np.asarray(state.cache.segment_ids)
+        return [tokens[r][seg[r] != 0] for r in range(tokens.shape[0])]
+
+
+def _forward(graphdef, params, ids, positions, segment_ids, cache):
+    model = nnx.merge(graphdef, params)
+    hidden, cache = model.model(ids, positions=positions, segment_ids=segment_ids, cache=cache)
+    return model, hidden, cache
+
+
+def _extend(graphdef, params, state: SamplerState, ids, seg) -> SamplerState:
+    cache = state.cache
+    width = ids.shape[1]
+    positions = cache.next_position[:, None] + jnp.cumsum(seg != 0, axis=1) - 1
+    positions = jnp.where(seg != 0, positions, 0)
+    tokens = jax.lax.dynamic_update_slice(state.tokens, ids, (0, cache.index))
+    model, hidden, cache = _forward(graphdef, params, ids, positions, seg, cache)
+    # Only each row's last real token needs logits (the full [B, T, V] is large at 248K vocab).
+    last = jnp.max(jnp.where(seg != 0, jnp.arange(width), -1), axis=1)
+    h_last = jnp.take_along_axis(hidden, jnp.maximum(last, 0)[:, None, None], axis=1)
+    logits = model.logits(h_last)[:, 0]
+    last_logits = jnp.where((last >= 0)[:, None], logits, state.last_logits)
+    return SamplerState(cache=cache, tokens=tokens, last_logits=last_logits)
+
+
+def _generate(graphdef, stop_ids, pad_id, params_tree, state: SamplerState, key, active, limits, forced,
+              has_forced, steps_allowed, *, params: SamplingParams, width: int):
+    batch = active.shape[0]
+    stop = jnp.asarray(stop_ids, jnp.int32)
+
+    def cond(carry):
+        step, done = carry[0], carry[-1]
+        return (step < steps_allowed) & ~jnp.all(done)
+
+    def body(carry):
+        step, st, key, out, out_logp, length, stopped, done = carry
+        key, sub = jax.random.split(key)
+        logp_all = sampling_logprobs(st.last_logits, params)
+        drawn = (jnp.argmax(logp_all, axis=-1) if params.greedy
+                 else jax.random.categorical(sub, logp_all, axis=-1)).astype(jnp.int32)
+        tok = jnp.where(has_forced, forced[:, jnp.minimum(step, width - 1)], drawn)
+        lp = jnp.take_along_axis(logp_all, tok[:, None], axis=-1)[:, 0]
+        running = ~done
+        tok = jnp.where(running, tok, pad_id)
+        out = out.at[:, step].set(tok)
+        out_logp = out_logp.at[:, step].set(jnp.where(running, lp, 0.0))
+        length = length + running.astype(jnp.int32)
+        hit_stop = running & jnp.isin(tok, stop)
+        # Feed the token (stop tokens too) so the cache ends exactly after the sampled text.
+        seg = jnp.where(running, ROW_SEGMENT, 0)[:, None].astype(jnp.int32)
+        pos = jnp.where(running, st.cache.next_position, 0)[:, None]
+        tokens = jax.lax.dynamic_update_slice(st.tokens, tok[:, None], (0, st.cache.index))
+        model, hidden, cache = _forward(graphdef, params_tree, tok[:, None], pos, seg, st.cache)
+        logits = model.logits(hidden)[:, 0]
+        st = SamplerState(cache=cache, tokens=tokens,
+                          last_logits=jnp.where(running[:, None], logits, st.last_logits))
+        done = done | hit_stop | (length >= limits)
+        return step + 1, st, key, out, out_logp, length, stopped | hit_stop, done
+
+    init = (jnp.zeros((), jnp.int32), state, key, jnp.full((batch, width), pad_id, jnp.int32),
+            jnp.zeros((batch, width), jnp.float32), jnp.zeros((batch,), jnp.int32),
+            jnp.zeros((batch,), bool), ~active | (limits <= 0))
+    step, state, _, out, out_logp, length, stopped, _ = jax.lax.while_loop(cond, body, init)
+    return state, out, out_logp, length, stopped, step

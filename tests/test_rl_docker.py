@@ -1,0 +1,97 @@
+"""Full episodes against Docker: a Recovery@k state (the task's fault commands as a failed first
+attempt), G branches of its snapshot, the tiny model's rollouts, and verification on clones."""
+from pathlib import Path
+
+import jax
+import pytest
+from flax import nnx
+
+from reterm_jax.data import load_tokenizer, special_ids
+from reterm_jax.model import Qwen3_5Config, Qwen3_5ForCausalLM
+from reterm_jax.rl import harness
+from reterm_jax.rl.harness import Limits, format_observation, initial_messages
+from reterm_jax.rl.rollout import run_episodes
+from reterm_jax.rl.sampler import Sampler
+from reterm_jax.rl.sampling import SamplingParams
+from reterm_jax.sandbox import DockerSandbox, SandboxPool, load_task, verify
+
+pytestmark = pytest.mark.docker
+
+TASK = Path(__file__).parent.parent / "tasks" / "daily-report-append"
+
+
+def xml_call(command):
+    return f"<tool_call>\n<function=bash>\n<parameter=command>\n{command}\n</parameter>\n</function>\n</tool_call>"
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def sampler(tok):
+    model = Qwen3_5ForCausalLM(Qwen3_5Config.tiny(vocab_size=len(tok)), rngs=nnx.Rngs(0))
+    ids = special_ids(tok)
+    return Sampler(model, stop_ids=ids.stop, pad_id=ids.pad, max_length=3072, min_bucket=32)
+
+
+@pytest.fixture(scope="module")
+def failed_state(docker_client):
+    """(task, snapshot after the failed attempt, its history). The snapshot is released at the end."""
+    task = load_task(TASK)
+    assert task.fault_commands
+    history = initial_messages(task.instruction)
+    with DockerSandbox.from_task(task) as sb:
+        for i, command in enumerate(task.fault_commands):
+            r = sb.exec(command, timeout=60)
+            assert r.ok
+            history.append({"role": "assistant", "content": "", "tool_calls": [
+                {"id": f"f{i}", "type": "function", "function": {"name": "bash", "arguments": {"command": command}}}]})
+            history.append({"role": "tool", "content": format_observation(r.output, r.exit_code, r.timed_out)})
+        history.append({"role": "assistant", "content": "The task is complete."})
+        assert verify(sb).reward == 0.0  # the failed attempt really failed
+        snap = sb.snapshot()
+    yield task, snap, history
+    snap.release()
+
+
+def test_random_model_recovery_episodes_end_cleanly_with_rewards(failed_state, tok, sampler):
+    task, snap, history = failed_state
+    branches = snap.branch(2)
+    try:
+        messages = [initial_messages(task.instruction, history=history)] * 2
+        with SandboxPool(max_concurrency=2) as pool:
+            trajs = run_episodes(sampler, tok, branches, messages, task_ids=[task.name] * 2,
+                                 limits=Limits.tiny(max_new_tokens_per_turn=48), params=SamplingParams(1.0),
+                                 key=jax.random.key(0), pool=pool, verify_fn=verify)
+    finally:
+        for b in branches:
+            b.close()
+    for traj in trajs:
+        assert traj.end_reason in harness.END_REASONS and traj.end_reason != harness.SANDBOX_ERROR
+        assert traj.turns and traj.num_sampled > 0
+        assert traj.reward == 0.0 and traj.verify_error is None and traj.error is None and not traj.resolved
+        assert traj.train_from_message_index == len(messages[0])
+        row = traj.to_reterm_row(target_attempt_index=2)
+        assert row["messages"][:len(messages[0])] == messages[0]
+        assert traj.to_harbor()["extra"]["reward"] == 0.0
+
+
+def test_scripted_oracle_recovers_through_the_token_path(failed_state, tok, sampler):
+    """The oracle's commands, teacher-forced as tool calls through the sampler, earn reward 1."""
+    task, snap, history = failed_state
+    solve = (task.solution_dir / "solve.sh").read_text()
+    turns = ["Check the state left behind.\n</think>\n\n" + xml_call("cd /app && ls -la reports") + "<|im_end|>",
+             "Rebuild the report.\n</think>\n\n" + xml_call(solve.strip()) + "<|im_end|>",
+             "Rebuilt.\n</think>\n\nThe report is rebuilt from the logs; the task is complete.<|im_end|>"]
+    (branch,) = snap.branch(1)
+    try:
+        (traj,) = run_episodes(sampler, tok, [branch], [initial_messages(task.instruction, history=history)],
+                               task_ids=[task.name], limits=Limits.tiny(max_new_tokens_per_turn=512),
+                               script=lambda r, t: turns[len(t.turns)], verify_fn=verify)
+    finally:
+        branch.close()
+    assert traj.end_reason == harness.COMPLETED and len(traj.turns) == 3
+    assert traj.turns[0].exit_codes == [0] and traj.turns[1].exit_codes == [0]
+    assert traj.reward == 1.0 and traj.resolved and traj.verify_error is None

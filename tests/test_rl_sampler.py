@@ -1,0 +1,146 @@
+"""The cached, batched sampler against the model's full forward (the trainer's code path)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from reterm_jax.model import Qwen3_5Config, Qwen3_5ForCausalLM
+from reterm_jax.rl.sampler import Sampler, bucket_length
+from reterm_jax.rl.sampling import SamplingParams, token_logprobs
+
+PAD, STOP = 0, (1,)
+PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [12, 13], [14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30]]
+
+
+@pytest.fixture(scope="module")
+def model():
+    cfg = Qwen3_5Config.tiny()
+    model = Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(3))
+    # Norm weights start at 0 (1+w form): perturb them so every weight shapes the logits.
+    for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+        if "norm" in "/".join(map(str, path)):
+            var[...] = var[...] + 0.1 * jax.random.normal(jax.random.key(len(path)), var.shape)
+    return model
+
+
+@pytest.fixture(scope="module")
+def full_forward(model):
+    """Right-padded full forward of token lists -> per row fp32 logits [len, V]."""
+    fwd = nnx.jit(lambda m, ids, seg: m(ids, segment_ids=seg))
+
+    def run(rows):
+        width = bucket_length(max(len(r) for r in rows), 64)
+        ids = np.zeros((len(rows), width), np.int32)
+        seg = np.zeros((len(rows), width), np.int32)
+        for i, r in enumerate(rows):
+            ids[i, :len(r)], seg[i, :len(r)] = r, 1
+        logits = np.asarray(fwd(model, jnp.asarray(ids), jnp.asarray(seg)))
+        return [logits[i, :len(r)] for i, r in enumerate(rows)]
+    return run
+
+
+def make_sampler(model, max_length=256, stop=STOP):
+    # donate=False: some tests decode twice from one state (donation is an accelerator-only
+    # buffer reuse; the results do not depend on it).
+    return Sampler(model, stop_ids=stop, pad_id=PAD, max_length=max_length, donate=False)
+
+
+@pytest.fixture(scope="module")
+def sampler(model):
+    """Shared, so its compiled shapes are reused across tests (states are per test)."""
+    return make_sampler(model)
+
+
+def test_greedy_equals_full_forward_argmax_over_two_turns(sampler, full_forward):
+    state = sampler.extend(sampler.init(3), PROMPTS)
+    state, gen = sampler.generate(state, jax.random.key(0), SamplingParams(0.0), 12, row_limits=[12, 5, 9])
+    assert [len(t) for t in gen.tokens] == [12, 5, 9] and gen.stopped == [False] * 3
+    # A continuation (row 1 gets nothing) and a second turn on the same cache.
+    extra = [[40, 41, 42], None, [43]]
+    state = sampler.extend(state, extra)
+    state, gen2 = sampler.generate(state, jax.random.key(1), SamplingParams(0.0), 8)
+    contexts = sampler.contexts(state)
+    for r in range(3):
+        expected = PROMPTS[r] + gen.tokens[r] + (extra[r] or []) + gen2.tokens[r]
+        assert contexts[r].tolist() == expected
+    for r, logits in enumerate(full_forward([c.tolist() for c in contexts])):
+        ctx = contexts[r]
+        start1 = len(PROMPTS[r])
+        start2 = start1 + len(gen.tokens[r]) + len(extra[r] or [])
+        for start, toks in ((start1, gen.tokens[r]), (start2, gen2.tokens[r])):
+            argmax = logits[start - 1:start - 1 + len(toks)].argmax(-1)
+            np.testing.assert_array_equal(argmax, toks)
+            np.testing.assert_array_equal(ctx[start:start + len(toks)], toks)
+
+
+@pytest.mark.parametrize("params", [SamplingParams(1.0), SamplingParams(0.7, top_k=40, top_p=0.9)])
+def test_sampler_logprobs_equal_full_forward_logprobs(sampler, full_forward, params):
+    state = sampler.extend(sampler.init(3), PROMPTS)
+    state, gen = sampler.generate(state, jax.random.key(7), params, 16)
+    extra = [[50, 51], [52, 53, 54, 55], None]
+    state = sampler.extend(state, extra)
+    state, gen2 = sampler.generate(state, jax.random.key(8), params, 16)
+    contexts = sampler.contexts(state)
+    for r, logits in enumerate(full_forward([c.tolist() for c in contexts])):
+        ctx = contexts[r]
+        starts = (len(PROMPTS[r]), len(PROMPTS[r]) + len(gen.tokens[r]) + len(extra[r] or []))
+        for g, start in zip((gen, gen2), starts):
+            n = len(g.tokens[r])
+            assert ctx[start:start + n].tolist() == g.tokens[r]
+            ref = token_logprobs(jnp.asarray(logits[start - 1:start - 1 + n]), jnp.asarray(ctx[start:start + n]),
+                                 params)
+            np.testing.assert_allclose(g.logprobs[r], np.asarray(ref), rtol=0, atol=1e-4)
+            assert np.isfinite(g.logprobs[r]).all()
+
+
+def test_stop_tokens_per_row_lengths_and_inactive_rows(model):
+    sampler = make_sampler(model, stop=())
+    base = sampler.extend(sampler.init(3), PROMPTS)
+    _, free = sampler.generate(base, jax.random.key(0), SamplingParams(0.0), 10)
+    stop_tok = free.tokens[0][3]
+    sampler = make_sampler(model, stop=(stop_tok, 999))
+    state, gen = sampler.generate(sampler.extend(sampler.init(3), PROMPTS), jax.random.key(0), SamplingParams(0.0),
+                                  10, active=[True, True, False], row_limits=[10, 4, 10])
+    first = free.tokens[0].index(stop_tok)
+    assert gen.tokens[0] == free.tokens[0][:first + 1] and gen.stopped[0]
+    row1 = free.tokens[1][:4]
+    cut = row1.index(stop_tok) + 1 if stop_tok in row1 else 4
+    assert gen.tokens[1] == row1[:cut] and gen.stopped[1] == (stop_tok in row1)
+    assert gen.tokens[2] == [] and not gen.stopped[2]
+    assert gen.steps == max(len(t) for t in gen.tokens)  # the loop exits once every row is done
+    contexts = sampler.contexts(state)
+    assert contexts[2].tolist() == PROMPTS[2]  # an inactive row's cache only gained pad slots
+    assert contexts[0].tolist() == PROMPTS[0] + gen.tokens[0]  # the stop token is in the cache
+
+
+def test_forced_tokens_go_through_the_same_path(sampler, full_forward):
+    forced = [[60, 61, 62, 1, 63], None, [64, 65]]
+    state, gen = sampler.generate(sampler.extend(sampler.init(3), PROMPTS), jax.random.key(0),
+                                  SamplingParams(1.0), 8, forced=forced)
+    assert gen.tokens[0] == [60, 61, 62, 1] and gen.stopped[0]  # stops at the forced stop token
+    assert gen.tokens[2] == [64, 65] and not gen.stopped[2]
+    assert len(gen.tokens[1]) == 8
+    contexts = sampler.contexts(state)
+    logits = full_forward([c.tolist() for c in contexts])
+    for r in (0, 2):
+        n, p = len(gen.tokens[r]), len(PROMPTS[r])
+        ref = token_logprobs(jnp.asarray(logits[r][p - 1:p - 1 + n]), jnp.asarray(gen.tokens[r]), SamplingParams(1.0))
+        np.testing.assert_allclose(gen.logprobs[r], np.asarray(ref), atol=1e-4)
+
+
+def test_cache_capacity_is_enforced(model):
+    sampler = make_sampler(model, max_length=40)
+    state = sampler.extend(sampler.init(1), [list(range(2, 37))])  # 35 tokens: bucket 48 > 40, so exact width
+    assert state.index == 35
+    state, gen = sampler.generate(state, jax.random.key(0), SamplingParams(1.0), 32)
+    assert len(gen.tokens[0]) == 5 and state.index == 40  # capped by the free slots
+    with pytest.raises(ValueError, match="do not fit"):
+        sampler.extend(state, [[5]])
+
+
+def test_bucket_length_bounds_padding():
+    for n in range(1, 5000, 7):
+        b = bucket_length(n)
+        assert n <= b <= max(int(n * 1.25) + 1, -(-n // 16) * 16)
+    assert len({bucket_length(n) for n in range(1025, 2049)}) == 4
