@@ -1,0 +1,38 @@
+"""`python -m reterm_jax.train --config=configs/<mode>.py[:preset] [--workdir=DIR]`: dispatches on
+config.mode (the package `reterm_jax.train` holds the loops; this is its command line)."""
+import datetime
+import os
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/sft.py or configs/sft.py:tiny.",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints, TensorBoard events and the HF export go here "
+                               "(default ./runs/<mode>-<timestamp>).")
+MODES = {"sft": "reterm_jax.train.sft"}  # "grpo" joins when train/grpo.py lands
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments {argv[1:]}; settings go in --config.a.b=value flags")
+    config = _CONFIG.value
+    if config is None:
+        raise app.UsageError("--config is required, e.g. --config=configs/sft.py")
+    mode = config.get("mode")
+    if mode not in MODES:
+        raise app.UsageError(f"config.mode={mode!r} is not implemented; available modes: {sorted(MODES)}")
+    workdir = _WORKDIR.value or os.path.join(
+        "runs", f"{mode}-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    logging.info("mode %s, workdir %s", mode, os.path.abspath(workdir))
+    import importlib
+    result = importlib.import_module(MODES[mode]).train(config, workdir)
+    losses = result["losses"]
+    if losses:
+        first, last = min(losses), max(losses)
+        logging.info("loss %.4f (step %d) -> %.4f (step %d)", losses[first], first, losses[last], last)
+    print(f"workdir: {os.path.abspath(workdir)}")
+
+
+if __name__ == "__main__":
+    app.run(main)

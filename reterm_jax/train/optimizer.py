@@ -1,0 +1,39 @@
+"""AdamW with linear warmup + cosine decay and global-norm clipping (optax).
+
+Weight decay skips 1-D params (norm scales, A_log, dt_bias): decaying a norm gain or a decay
+rate towards 0 changes what the layer computes rather than regularising it.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+
+
+def lr_schedule(cfg) -> optax.Schedule:
+    """cfg: ConfigDict with lr, warmup_steps, decay_steps, end_lr_ratio (fraction of lr at the end)."""
+    if cfg.lr <= 0:
+        raise ValueError(f"optim.lr={cfg.lr}: the learning rate must be positive")
+    if cfg.decay_steps <= cfg.warmup_steps:
+        raise ValueError(f"optim.decay_steps={cfg.decay_steps} must exceed optim.warmup_steps="
+                         f"{cfg.warmup_steps} (decay_steps counts the warmup too)")
+    return optax.warmup_cosine_decay_schedule(
+        init_value=0.0, peak_value=cfg.lr, warmup_steps=cfg.warmup_steps,
+        decay_steps=cfg.decay_steps, end_value=cfg.lr * cfg.end_lr_ratio)
+
+
+def _decay_mask(params):
+    return jax.tree.map(lambda p: p.ndim >= 2, params)
+
+
+def make_optimizer(cfg) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    """cfg: the `optim` ConfigDict (lr schedule fields + b1, b2, eps, weight_decay, grad_clip,
+    mu_dtype). Optimizer moments take the params' dtype unless mu_dtype says otherwise."""
+    schedule = lr_schedule(cfg)
+    mu_dtype = jnp.dtype(cfg.mu_dtype) if cfg.get("mu_dtype") else None
+    chain = []
+    if cfg.grad_clip and cfg.grad_clip > 0:
+        chain.append(optax.clip_by_global_norm(cfg.grad_clip))
+    chain.append(optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, mu_dtype=mu_dtype,
+                             weight_decay=cfg.weight_decay, mask=_decay_mask))
+    return optax.chain(*chain), schedule

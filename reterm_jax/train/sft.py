@@ -1,0 +1,167 @@
+"""Recovery SFT, top to bottom: mesh, data, model + optimizer state (fresh or resumed), the
+jitted step, the loop (metrics, checkpoints), and the HF export.
+
+    python -m reterm_jax.train --config=configs/sft.py[:preset] [--workdir=DIR]
+
+`train(config, workdir)` is the whole run; it resumes from the latest checkpoint in
+<workdir>/checkpoints when there is one (params, optimizer, step, data iterator, RNG), so a
+killed run restarted with the same command continues exactly where it stopped.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+
+import jax
+from absl import logging
+from flax import nnx
+
+from reterm_jax.data import BASH_TOOL, load_and_validate, load_tokenizer, sft_dataset
+from reterm_jax.data.tokenizer import TINY_TOKENIZER_DIR
+from reterm_jax.model.hf_io import save_pretrained
+from reterm_jax.parallel.mesh import make_mesh
+from reterm_jax.train import flops
+from reterm_jax.train.checkpointing import Checkpointer
+from reterm_jax.train.metrics import MetricsLogger
+from reterm_jax.train.optimizer import make_optimizer
+from reterm_jax.train.state import (abstract_params, abstract_train_state, create_train_state, init_params,
+                                    train_state_shardings)
+from reterm_jax.train.step import make_train_step, put_batch
+
+
+def check_config(config, n_data_parallel: int) -> None:
+    """User errors in the config, reported before anything expensive happens."""
+    t = config.train
+    if not config.data.path:
+        raise ValueError("config.data.path is empty: pass --config.data.path=FILE_OR_DIR (ReTerm-10K rows)")
+    if t.steps < 1:
+        raise ValueError(f"train.steps={t.steps} must be >= 1")
+    if t.micro_batches < 1 or t.batch_size % t.micro_batches:
+        raise ValueError(f"train.batch_size={t.batch_size} must be a multiple of train.micro_batches="
+                         f"{t.micro_batches}")
+    if (t.batch_size // t.micro_batches) % n_data_parallel:
+        raise ValueError(f"each micro-batch ({t.batch_size // t.micro_batches} rows) must split evenly over the "
+                         f"{n_data_parallel} data-parallel devices (mesh data x fsdp); change train.batch_size, "
+                         "train.micro_batches or the mesh")
+    if t.batch_size % jax.process_count():
+        raise ValueError(f"train.batch_size={t.batch_size} must be a multiple of the {jax.process_count()} hosts")
+
+
+def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
+    """Runs (or resumes) SFT. stop_at_step: return after that step, as if the job were
+    preempted there (used by the resume test). Returns {"losses": {step: loss}, ...}."""
+    # ---- 1. mesh -------------------------------------------------------------------------
+    mesh = make_mesh(**config.mesh)
+    check_config(config, mesh.shape["data"] * mesh.shape["fsdp"])
+    os.makedirs(workdir, exist_ok=True)
+    logging.info("mesh %s over %d devices (%s)", dict(mesh.shape), mesh.size, jax.devices()[0].device_kind)
+
+    # ---- 2. data ---------------------------------------------------------------------------
+    tokenizer_dir = config.data.tokenizer or config.model.hf_path or TINY_TOKENIZER_DIR
+    tokenizer = load_tokenizer(tokenizer_dir)
+    rows, report = load_and_validate(config.data.path)
+    logging.info("data %s: %d valid of %d rows (%s)", config.data.path, report.valid, report.total, report.by_kind)
+    if not rows:
+        raise ValueError(f"{config.data.path}: no valid rows to train on ({report.by_kind})")
+    dataset, data_stats = sft_dataset(
+        rows, tokenizer, seq_len=config.data.seq_len, batch_size=config.train.batch_size // jax.process_count(),
+        seed=config.seed, num_epochs=config.data.num_epochs or None, overlong=config.data.overlong,
+        tools=[BASH_TOOL])
+    data_iter = iter(dataset)
+
+    # ---- 3. model, optimizer, train state (fresh or resumed) ----------------------------------
+    model_config, graphdef, abs_params, param_shardings = abstract_params(config.model, mesh)
+    if len(tokenizer) > model_config.vocab_size:
+        raise ValueError(f"tokenizer {tokenizer_dir} has {len(tokenizer)} tokens but the model's vocab_size is "
+                         f"{model_config.vocab_size}; use the model's own tokenizer (config.data.tokenizer)")
+    optim = config.optim.copy_and_resolve_references()
+    if not optim.decay_steps:  # derived from train.steps; a short run (e.g. a smoke test) keeps
+        optim.decay_steps = config.train.steps  # a warmup that fits instead of failing
+        if optim.warmup_steps >= optim.decay_steps:
+            optim.warmup_steps = optim.decay_steps // 10
+            logging.warning("optim.warmup_steps >= train.steps=%d: warming up for %d steps instead",
+                            config.train.steps, optim.warmup_steps)
+    tx, schedule = make_optimizer(optim)
+    shardings = train_state_shardings(tx, abs_params, param_shardings, mesh)
+    ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=config.checkpoint.keep,
+                        save_every=config.checkpoint.every, async_save=config.checkpoint.async_save)
+    start = ckpt.latest_step()
+    if start is not None:
+        state, data_state = ckpt.restore(start, abstract_train_state(abs_params, tx, shardings))
+        data_iter.set_state(data_state)
+        logging.info("resumed from %s at step %d", ckpt.directory, start)
+    else:
+        start = 0
+        params = init_params(config.model, model_config, mesh, param_shardings, seed=config.seed)
+        state = create_train_state(params, tx, shardings, seed=config.seed)
+        _write_run_files(config, model_config, workdir, ckpt.directory)
+
+    # ---- 4. the jitted step ---------------------------------------------------------------------
+    train_step = make_train_step(graphdef, tx, schedule, micro_batches=config.train.micro_batches,
+                                 mesh=mesh, shardings=shardings)
+    flops_per_token = flops.flops_per_token(model_config, config.data.seq_len)
+    peak = flops.peak_flops_per_device(config.train.peak_flops)
+
+    # ---- 5. the loop ------------------------------------------------------------------------------
+    last = min(config.train.steps, stop_at_step or config.train.steps)
+    logger = MetricsLogger(os.path.join(workdir, "tb"), total_steps=config.train.steps, initial_step=start)
+    losses, pending, timer = {}, [], None
+    for step in range(start + 1, last + 1):
+        batch = put_batch(next(data_iter), mesh)
+        state, metrics = train_step(state, batch)
+        pending.append((step, metrics))
+        ckpt.save(step, state, data_iter.get_state(), force=step == last)
+        if step % config.train.log_every == 0 or step in (start + 1, last):
+            fetched = jax.device_get([m for _, m in pending])  # blocks until these steps are done
+            now = time.perf_counter()
+            # the first step compiles: throughput is measured from its end onwards
+            tokens_per_sec = None if timer is None else sum(m["tokens"] for m in fetched) / (now - timer)
+            _log(logger, losses, [s for s, _ in pending], fetched, tokens_per_sec, flops_per_token, peak,
+                 mesh.size)
+            pending, timer = [], now
+    logger.close()
+    ckpt.close()
+    logging.info("%s", data_stats.summary())
+
+    # ---- 6. export ---------------------------------------------------------------------------------
+    hf_dir = None
+    if config.train.export_hf and last == config.train.steps:
+        hf_dir = os.path.join(workdir, "hf")
+        save_pretrained(nnx.merge(graphdef, state.params), hf_dir, source=config.model.hf_path or None)
+        if not config.model.hf_path and jax.process_index() == 0:  # make the dir self-contained
+            for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+                if os.path.exists(os.path.join(tokenizer_dir, name)):
+                    shutil.copyfile(os.path.join(tokenizer_dir, name), os.path.join(hf_dir, name))
+        logging.info("exported HF checkpoint to %s", hf_dir)
+    return {"losses": losses, "last_step": last, "hf_dir": hf_dir, "workdir": workdir}
+
+
+def _log(logger, losses, steps, fetched, tokens_per_sec, flops_per_token, peak, n_devices):
+    """Record every fetched step's loss and scalars; throughput, MFU and the console line for the
+    last one."""
+    for step, m in zip(steps, fetched):
+        losses[step] = float(m["loss"])
+        logger.write(step, m)
+    scalars = {k: float(v) for k, v in fetched[-1].items()}
+    if tokens_per_sec is not None:
+        scalars["tokens_per_sec"] = float(tokens_per_sec)
+        scalars["mfu"] = flops.mfu(tokens_per_sec, flops_per_token, peak, n_devices)
+        logger.write(steps[-1], {"tokens_per_sec": scalars["tokens_per_sec"], "mfu": scalars["mfu"]})
+    logger.progress(steps[-1], scalars)
+
+
+def _write_run_files(config, model_config, workdir: str, ckpt_dir: str) -> None:
+    """The run's config (for the record) and the model's HF config next to the checkpoints
+    (so `python -m reterm_jax.convert --to=hf --checkpoint=<ckpt_dir>` needs nothing else)."""
+    if jax.process_index():
+        return
+    with open(os.path.join(workdir, "config.json"), "w") as fh:
+        fh.write(config.to_json_best_effort(indent=2))
+    if config.model.hf_path:
+        shutil.copyfile(os.path.join(config.model.hf_path, "config.json"), os.path.join(ckpt_dir, "config.json"))
+    else:
+        hf = dict(model_config.to_hf_text_dict(), architectures=["Qwen3_5ForCausalLM"])
+        with open(os.path.join(ckpt_dir, "config.json"), "w") as fh:
+            json.dump(hf, fh, indent=2)
