@@ -24,32 +24,15 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from reterm_jax.data.chat import BASH_TOOL  # noqa: E402
 from reterm_jax.data.schema import validate_rows  # noqa: E402
+# The harness's own prompts and observation format: demo rows must look like RL rollouts.
+from reterm_jax.rl.harness import RETRY_PROMPT, SYSTEM_PROMPT, format_observation  # noqa: E402
 
 log = logging.getLogger("build_demo_dataset")
 
-SYSTEM_PROMPT = (
-    "You are an autonomous terminal assistant working inside a Linux container. Complete the user's task "
-    "using the `bash` tool. Each call runs exactly one non-interactive shell command; stdin is closed, so "
-    "never start editors, pagers or prompts. The working directory and exported environment variables "
-    "persist from one call to the next. Every result shows the command's combined output and its exit "
-    "code. When the task is complete, reply without a tool call and say what you did."
-)
-RETRY_PROMPT = (
-    "Your previous attempt failed: the task was checked and it is not solved. The environment was NOT "
-    "reset; it is exactly as your previous attempt left it. Find out what is wrong with the current "
-    "state and complete the task."
-)
 DONE_CLAIM = "The task is complete."
 RECOVERED_CLAIM = "The task is now complete: I repaired the state left by the failed attempt and finished the job."
 LOOK_AROUND = "pwd && ls -la"
 EXEC_TIMEOUT_S = 120
-
-
-def format_observation(output: str, exit_code: int, timed_out: bool = False) -> str:
-    """The tool message content: the command's combined output, then its exit code."""
-    status = f"[timed out; exit code {exit_code}]" if timed_out else f"[exit code {exit_code}]"
-    output = output.rstrip("\n")
-    return f"{output}\n{status}" if output else status
 
 
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")

@@ -18,8 +18,8 @@ import re
 
 from reterm_jax.data.chat import BASH_TOOL, render_text
 
-# Same wording as the system turn of the demo / SFT rows (reterm_jax/assets/build_demo_dataset.py),
-# so RL prompts look like the data the policy was fine-tuned on (a test checks they agree).
+# The demo / SFT rows are built with this wording (reterm_jax/assets/build_demo_dataset.py imports
+# it), so RL prompts look like the data the policy was fine-tuned on (a test checks the shipped rows).
 SYSTEM_PROMPT = (
     "You are an autonomous terminal assistant working inside a Linux container. Complete the user's task "
     "using the `bash` tool. Each call runs exactly one non-interactive shell command; stdin is closed, so "
