@@ -17,8 +17,6 @@ import hashlib
 import json
 import logging
 import os
-import re
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -26,6 +24,8 @@ from reterm_jax.data.chat import BASH_TOOL  # noqa: E402
 from reterm_jax.data.schema import validate_rows  # noqa: E402
 # The harness's own prompts and observation format: demo rows must look like RL rollouts.
 from reterm_jax.rl.harness import RETRY_PROMPT, SYSTEM_PROMPT, format_observation  # noqa: E402
+# The oracle's command splitter lives with the evaluation policies (one copy for both users).
+from reterm_jax.rl.policies import split_commands  # noqa: E402,F401
 
 log = logging.getLogger("build_demo_dataset")
 
@@ -33,61 +33,6 @@ DONE_CLAIM = "The task is complete."
 RECOVERED_CLAIM = "The task is now complete: I repaired the state left by the failed attempt and finished the job."
 LOOK_AROUND = "pwd && ls -la"
 EXEC_TIMEOUT_S = 120
-
-
-_HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
-
-
-def _complete(chunk: str) -> bool:
-    return subprocess.run(["bash", "-n", "-c", chunk], capture_output=True).returncode == 0
-
-
-def split_commands(script: str) -> list[str]:
-    """Top-level commands of a shell script, one tool call each. A chunk ends when bash -n accepts it
-    and no heredoc or line continuation is open. The shebang, `set -e`-style lines (a persistent
-    agent shell must not exit on the first error) and comment-only lines between commands are dropped."""
-    commands, chunk, heredocs = [], [], []
-    for line in script.splitlines():
-        if not chunk:
-            stripped = line.strip()
-            if not stripped or stripped.startswith("#") or re.fullmatch(r"set\s+-[a-z]+(\s+pipefail)?", stripped):
-                continue
-        chunk.append(line)
-        if heredocs:
-            if line.strip() == heredocs[0] or (line.lstrip("\t") == heredocs[0]):
-                heredocs.pop(0)
-        else:
-            heredocs.extend(m.group(2) for m in _HEREDOC.finditer(line))
-        if heredocs or line.endswith("\\"):
-            continue
-        text = "\n".join(chunk)
-        if _complete(text):
-            commands.append(text)
-            chunk = []
-    if chunk:
-        raise ValueError(f"script ends inside an unfinished command: {chr(10).join(chunk)[:200]!r}")
-    return _join_shell_variables(commands)
-
-
-_ASSIGN = re.compile(r"(?:^|[\s;&|(])([A-Za-z_][A-Za-z0-9_]*)=|(?:mapfile|readarray)\s+(?:-\S+\s+)*([A-Za-z_][A-Za-z0-9_]*)")
-
-
-def _join_shell_variables(commands: list[str]) -> list[str]:
-    """Only exported variables persist between tool calls, so a command that sets a plain shell
-    variable is joined with every later command that reads it."""
-    out, i = [], 0
-    while i < len(commands):
-        end, k = i, i
-        while k <= end:
-            for var in {a or b for a, b in _ASSIGN.findall(commands[k])}:
-                if re.search(rf"export\s+{var}=", commands[k]):
-                    continue
-                users = [m for m in range(end + 1, len(commands)) if re.search(rf"\$\{{?{var}\b", commands[m])]
-                end = max([end] + users)
-            k += 1
-        out.append("\n".join(commands[i:end + 1]))
-        i = end + 1
-    return out
 
 
 def call(command: str, index: int) -> dict:

@@ -1,0 +1,138 @@
+"""`python -m reterm_jax.evaluate --config=configs/eval.py[:preset] --tasks=DIR [--out=FILE]`
+
+Pass@1, Retry@k and Recovery@k (reterm_jax.rl.evaluation) for one policy over a directory of
+task dirs (or one task dir). Trials run in parallel on a SandboxPool (`config.jobs`), with a
+progress bar; the results JSON (docs/evaluate.md) goes to --out (default <workdir>/results.json)
+and a summary table is printed. A task dir that does not load, or whose trials break, is a failed
+row of the table, never a crash.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+from pathlib import Path
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from reterm_jax.rl import evaluation
+
+_CONFIG = config_flags.DEFINE_config_file("config", "configs/eval.py", "configs/eval.py[:tiny|qwen3_5_9b]",
+                                          lock_config=True)
+_TASKS = flags.DEFINE_string("tasks", None, "A directory of task dirs, or one task dir.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Output directory (default ./runs/eval-<timestamp>).")
+_OUT = flags.DEFINE_string("out", None, "Results JSON path (default <workdir>/results.json).")
+
+
+def task_dirs(path: str) -> list[Path]:
+    """One task dir (it has task.toml), or every non-hidden subdirectory: a subdirectory that is
+    not a valid task is kept, so that it shows up as a failed row instead of vanishing."""
+    root = Path(path)
+    if not root.is_dir():
+        raise app.UsageError(f"--tasks={path}: not a directory")
+    if (root / "task.toml").is_file():
+        return [root]
+    found = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not found:
+        raise app.UsageError(f"--tasks={path}: no task directories in it")
+    return found
+
+
+def build_model_policy(config):
+    """The model policy: weights from an HF dir or an orbax checkpoint, else (tiny preset only) a
+    random-initialised tiny model, which exercises the whole path but scores ~0."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from reterm_jax.data import load_tokenizer, special_ids
+    from reterm_jax.rl.harness import Limits
+    from reterm_jax.rl.policies import ModelPolicy
+    from reterm_jax.rl.sampler import Sampler
+    from reterm_jax.rl.sampling import SamplingParams
+
+    m = config.model
+    tok_dir = m.tokenizer or m.hf_path
+    tok = load_tokenizer(tok_dir) if tok_dir else load_tokenizer()
+    if m.checkpoint:
+        from reterm_jax.convert import restore_model
+        model = restore_model(m.checkpoint, config_dir=m.hf_path or None)
+    elif m.hf_path:
+        from reterm_jax.model.hf_io import load_pretrained
+        model = load_pretrained(m.hf_path, getattr(jnp, m.dtype))
+    elif m.preset == "tiny":
+        from reterm_jax.model import Qwen3_5Config, Qwen3_5ForCausalLM
+        model = Qwen3_5ForCausalLM(Qwen3_5Config.tiny(vocab_size=len(tok)), rngs=nnx.Rngs(config.seed))
+    else:
+        raise app.UsageError(f"preset {m.preset}: set --config.model.hf_path or --config.model.checkpoint")
+    ids = special_ids(tok)
+    sampler = Sampler(model, stop_ids=ids.stop, pad_id=ids.pad, max_length=m.max_length)
+    return ModelPolicy(sampler, tok, Limits(**config.limits.to_dict()), SamplingParams(**config.sampling.to_dict()),
+                       seed=config.seed)
+
+
+def make_policy(config):
+    from reterm_jax.rl import policies
+    if config.policy in policies.SCRIPTED:
+        return policies.SCRIPTED[config.policy]
+    if config.policy == "model":
+        return build_model_policy(config)
+    raise app.UsageError(f"--config.policy={config.policy!r}: use model, oracle or fault_then_oracle")
+
+
+def evaluate(config, dirs: list[Path], policy) -> list[evaluation.Trial]:
+    """Every (task, protocol, sample) trial on a SandboxPool, in input order."""
+    from tqdm import tqdm
+
+    from reterm_jax.sandbox import DockerSandbox, SandboxPool, load_task, verify
+    protocols = [p.strip() for p in config.protocol.names.split(",") if p.strip()]
+    unknown = [p for p in protocols if p not in evaluation.PROTOCOLS]
+    if unknown or not protocols:
+        raise app.UsageError(f"--config.protocol.names: unknown {unknown}; choose from {evaluation.PROTOCOLS}")
+    jobs = [(d, p, s) for d in dirs for p in protocols for s in range(config.protocol.n_samples)]
+
+    def run(job):
+        d, protocol, sample = job
+        return evaluation.run_trial(policy, d, protocol, k=config.protocol.k, sample=sample,
+                                    sandbox_factory=DockerSandbox.from_task, verify_fn=verify,
+                                    load_task_fn=load_task)
+
+    with SandboxPool(max_concurrency=config.jobs) as pool:
+        futures = [pool.submit(run, job) for job in jobs]
+        with tqdm(total=len(futures), desc=f"eval {config.policy}", unit="trial", file=sys.stderr) as bar:
+            for f in futures:
+                f.result()
+                bar.update()
+    trials = []
+    for (d, protocol, sample), f in zip(jobs, futures):
+        outcome = f.result()
+        # run_trial catches everything; an Outcome error is a bug in it, still kept as a row.
+        trials.append(outcome.value if outcome.ok else evaluation.Trial(d.name, protocol, sample, error=outcome.error))
+    return trials
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments {argv[1:]}; settings go in --config.a.b=value flags")
+    config = _CONFIG.value
+    if not _TASKS.value:
+        raise app.UsageError("--tasks=DIR is required")
+    dirs = task_dirs(_TASKS.value)
+    workdir = _WORKDIR.value or os.path.join("runs", f"eval-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    out = Path(_OUT.value or os.path.join(workdir, "results.json"))
+    policy = make_policy(config)
+    logging.info("policy %s on %d task dirs, protocols %s", config.policy, len(dirs), config.protocol.names)
+    trials = evaluate(config, dirs, policy)
+    k = config.protocol.k
+    results = {"policy": config.policy, "tasks_dir": os.path.abspath(_TASKS.value), "k": k,
+               "n_samples": config.protocol.n_samples, "config": config.to_dict(),
+               "summary": evaluation.summarize(trials, k), "trials": [t.to_json() for t in trials]}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1, default=str))
+    print(evaluation.format_table(trials, k))
+    print(f"results: {out.resolve()}")
+
+
+if __name__ == "__main__":
+    app.run(main)

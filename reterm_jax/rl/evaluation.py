@@ -1,0 +1,159 @@
+"""Scoring protocols (docs/reterm_method.md, "Recovery protocol") and their aggregation.
+
+A policy is `attempt(task, sandbox, history, index) -> AttemptResult` (reterm_jax.rl.policies).
+Every attempt is verified by `sandbox.verify`, which snapshots the state BEFORE verification and
+runs the tests on a clone, so the verifier's own writes never reach the agent's sandbox:
+
+    pass_at_1      one attempt from the clean state;
+    retry_at_k     up to k attempts, each from a fresh sandbox and an empty memory;
+    recovery_at_k  up to k attempts in ONE sandbox: attempt i+1 continues from attempt i's
+                   unverified end state, with its full history and the retry user turn.
+
+Each protocol returns a Trial (its attempts, and whether one resolved). `run_trial` never raises:
+a task that cannot be loaded, built or run becomes a failed Trial with `error` set. Aggregation
+(`summarize`, `format_table`) is pure functions over the result rows.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+from reterm_jax.rl.policies import AttemptResult
+
+PROTOCOLS = ("pass@1", "retry@k", "recovery@k")
+Policy = Callable[..., AttemptResult]
+
+
+@dataclasses.dataclass
+class AttemptRecord:
+    attempt: int                   # 1-based
+    reward: float
+    resolved: bool
+    tokens: int
+    context_tokens: int
+    turns: int
+    time_s: float                  # the policy's time (verification excluded)
+    verify_s: float
+    end_reason: str
+    verify_error: str | None = None
+    error: str | None = None
+
+
+@dataclasses.dataclass
+class Trial:
+    task: str
+    protocol: str
+    sample: int
+    attempts: list[AttemptRecord] = dataclasses.field(default_factory=list)
+    error: str | None = None       # the trial could not run (bad task dir, image build, ...)
+    wall_s: float = 0.0
+
+    @property
+    def resolved(self) -> bool:
+        return any(a.resolved for a in self.attempts)
+
+    def to_json(self) -> dict:
+        return {**dataclasses.asdict(self), "resolved": self.resolved}
+
+
+def _record(index: int, res: AttemptResult, v) -> AttemptRecord:
+    return AttemptRecord(attempt=index + 1, reward=float(v.reward) if v else 0.0, resolved=bool(v and v.resolved),
+                         tokens=res.tokens, context_tokens=res.context_tokens, turns=res.turns, time_s=res.time_s,
+                         verify_s=v.duration_s if v else 0.0, end_reason=res.end_reason,
+                         verify_error=v.error if v else None, error=res.error)
+
+
+def _attempt(policy: Policy, task, sandbox, history, index: int, verify_fn) -> tuple[AttemptResult, AttemptRecord]:
+    res = policy(task, sandbox, history, index)
+    # A sandbox that broke mid-attempt has no state worth verifying: reward 0, error kept.
+    v = None if res.error else verify_fn(sandbox, task)
+    return res, _record(index, res, v)
+
+
+def pass_at_1(policy: Policy, task, *, sandbox_factory, verify_fn, sample: int = 0) -> Trial:
+    return retry_at_k(policy, task, k=1, sandbox_factory=sandbox_factory, verify_fn=verify_fn,
+                      sample=sample, protocol="pass@1")
+
+
+def retry_at_k(policy: Policy, task, *, k: int, sandbox_factory, verify_fn, sample: int = 0,
+               protocol: str = "retry@k") -> Trial:
+    """Reset environment and memory: every attempt gets a fresh sandbox and no history."""
+    trial = Trial(task.name, protocol, sample)
+    for i in range(k):
+        with sandbox_factory(task) as sb:
+            _, rec = _attempt(policy, task, sb, None, i, verify_fn)
+        trial.attempts.append(rec)
+        if rec.resolved:
+            break
+    return trial
+
+
+def recovery_at_k(policy: Policy, task, *, k: int, sandbox_factory, verify_fn, sample: int = 0) -> Trial:
+    """Keep the post-failure state and the failed history: one sandbox for all attempts; the
+    verifier only ever sees clones, so attempt i+1 starts from attempt i's unverified state."""
+    trial = Trial(task.name, "recovery@k", sample)
+    history = None
+    with sandbox_factory(task) as sb:
+        for i in range(k):
+            res, rec = _attempt(policy, task, sb, history, i, verify_fn)
+            trial.attempts.append(rec)
+            if rec.resolved or res.error:  # a broken sandbox cannot be recovered from
+                break
+            history = res.messages
+    return trial
+
+
+def run_trial(policy: Policy, task_dir, protocol: str, *, k: int, sample: int, sandbox_factory, verify_fn,
+              load_task_fn) -> Trial:
+    """One (task, protocol, sample); never raises (one bad task must not end the evaluation)."""
+    start = time.monotonic()
+    name = getattr(task_dir, "name", str(task_dir))
+    try:
+        task = load_task_fn(task_dir)
+        kw = dict(sandbox_factory=sandbox_factory, verify_fn=verify_fn, sample=sample)
+        if protocol == "pass@1":
+            trial = pass_at_1(policy, task, **kw)
+        elif protocol == "retry@k":
+            trial = retry_at_k(policy, task, k=k, **kw)
+        elif protocol == "recovery@k":
+            trial = recovery_at_k(policy, task, k=k, **kw)
+        else:
+            raise ValueError(f"unknown protocol {protocol!r}; use one of {PROTOCOLS}")
+    except Exception as e:  # noqa: BLE001 - becomes a failed row, reported in the table
+        trial = Trial(name, protocol, sample, error=f"{type(e).__name__}: {e}")
+    trial.wall_s = time.monotonic() - start
+    return trial
+
+
+# ---- aggregation (pure) ---------------------------------------------------------------------------
+def summarize(trials: list[Trial], k: int) -> dict:
+    """Per protocol: the mean over tasks of each task's success rate over its samples (a failed
+    trial counts as unresolved), plus per-task rates and counts of errored trials."""
+    out: dict = {}
+    for protocol in sorted({t.protocol for t in trials}, key=PROTOCOLS.index):
+        per_task: dict[str, list[bool]] = {}
+        errors = 0
+        for t in trials:
+            if t.protocol == protocol:
+                per_task.setdefault(t.task, []).append(t.resolved)
+                errors += t.error is not None
+        rates = {name: sum(v) / len(v) for name, v in sorted(per_task.items())}
+        label = protocol.replace("@k", f"@{k}")
+        out[label] = {"score": sum(rates.values()) / len(rates) if rates else 0.0, "per_task": rates,
+                      "tasks": len(rates), "trials": sum(len(v) for v in per_task.values()), "errored_trials": errors}
+    return out
+
+
+def format_table(trials: list[Trial], k: int) -> str:
+    summary = summarize(trials, k)
+    labels = list(summary)
+    tasks = sorted({t.task for t in trials})
+    errored = {t.task: t.error for t in trials if t.error}
+    width = max([len("task")] + [len(n) for n in tasks])
+    lines = [f"{'task':<{width}}  " + "  ".join(f"{lab:>12}" for lab in labels)]
+    for name in tasks:
+        cells = "  ".join(f"{summary[lab]['per_task'].get(name, float('nan')):>12.3f}" for lab in labels)
+        lines.append(f"{name:<{width}}  {cells}" + (f"  ERROR: {errored[name][:100]}" if name in errored else ""))
+    lines.append(f"{'mean':<{width}}  " + "  ".join(f"{summary[lab]['score']:>12.3f}" for lab in labels))
+    return "\n".join(lines)
