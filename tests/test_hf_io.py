@@ -260,7 +260,9 @@ _SHARDED_SCRIPT = textwrap.dedent("""
     forward = nnx.jit(lambda m, x: m(x))
     logits = np.asarray(forward(model, jnp.asarray(ids)))
     single = np.asarray(forward(load_pretrained(ckpt, jnp.float32), jnp.asarray(ids)))
-    np.testing.assert_allclose(logits, single, atol=1e-5, rtol=1e-5)
+    # Sharded matmuls reduce in a different order; the tiny models are sharp (init std 0.08, perturbed
+    # norms), so fp32 reordering noise reaches ~2e-5 in the logits. 1e-4 is the HF-parity tolerance.
+    np.testing.assert_allclose(logits, single, atol=1e-4, rtol=1e-4)
     # Export gathers each sharded param back to host: still bit-identical to the source.
     out = sys.argv[3]
     save_pretrained(model, out, source=ckpt, max_shard_size="60KB")
