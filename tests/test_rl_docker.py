@@ -9,6 +9,7 @@ from flax import nnx
 from reterm_jax.data import load_tokenizer, special_ids
 from reterm_jax.model import Qwen3_5Config, Qwen3_5ForCausalLM
 from reterm_jax.rl import harness
+from reterm_jax.rl.harness import bash_call_xml as xml_call
 from reterm_jax.rl.harness import Limits, format_observation, initial_messages
 from reterm_jax.rl.rollout import run_episodes
 from reterm_jax.rl.sampler import Sampler
@@ -18,10 +19,6 @@ from reterm_jax.sandbox import DockerSandbox, SandboxPool, load_task, verify
 pytestmark = pytest.mark.docker
 
 TASK = Path(__file__).parent.parent / "tasks" / "daily-report-append"
-
-
-def xml_call(command):
-    return f"<tool_call>\n<function=bash>\n<parameter=command>\n{command}\n</parameter>\n</function>\n</tool_call>"
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from reterm_jax.data import encode_example, load_tokenizer, render_text, special
 from reterm_jax.data.schema import validate_row
 from reterm_jax.model import Qwen3_5Config, Qwen3_5ForCausalLM
 from reterm_jax.rl import harness
+from reterm_jax.rl.harness import bash_call_xml as xml_call
 from reterm_jax.rl.harness import Limits, initial_messages
 from reterm_jax.rl.rollout import PrefixInvariantError, check_prefix, run_episodes
 from reterm_jax.rl.sampler import Sampler
@@ -37,10 +38,6 @@ class LocalShell:
             return ExecResult(p.stdout, p.returncode, duration_s=time.monotonic() - start)
         except subprocess.TimeoutExpired as e:
             return ExecResult((e.stdout or b"").decode(), 124, timed_out=True, duration_s=time.monotonic() - start)
-
-
-def xml_call(command):
-    return f"<tool_call>\n<function=bash>\n<parameter=command>\n{command}\n</parameter>\n</function>\n</tool_call>"
 
 
 @pytest.fixture(scope="module")

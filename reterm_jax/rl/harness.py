@@ -33,8 +33,14 @@ RETRY_PROMPT = (
     "state and complete the task."
 )
 TOOLS = [BASH_TOOL]
-CALL_FORMAT = ("<tool_call>\n<function=bash>\n<parameter=command>\nYOUR COMMAND\n</parameter>\n</function>\n"
-               "</tool_call>")
+
+
+def bash_call_xml(command: str) -> str:
+    """One bash tool call in the Qwen3.5 XML format, as the model writes it."""
+    return f"<tool_call>\n<function=bash>\n<parameter=command>\n{command}\n</parameter>\n</function>\n</tool_call>"
+
+
+CALL_FORMAT = bash_call_xml("YOUR COMMAND")
 
 # Why an episode ended.
 COMPLETED = "completed"            # the agent replied without a tool call
