@@ -35,10 +35,8 @@ def test_combined_output_stdin_closed_and_no_state_mode(base_sandbox):
 
 
 def test_timeout_kills_the_command_not_the_sandbox(base_sandbox):
-    start = time.monotonic()
     r = base_sandbox.exec("cd /etc; sleep 300 & sleep 300", timeout=2)
     assert r.timed_out and r.exit_code == 124 and r.error is None
-    assert time.monotonic() - start < 8
     after = base_sandbox.exec("ps -eo args | grep -c '^sleep 300$'; pwd")
     assert after.output.splitlines()[0] == "0"  # the whole process group was killed
     assert after.output.splitlines()[1] == "/etc"  # state saved even on timeout
@@ -72,7 +70,7 @@ def test_memory_hog_is_killed_and_the_sandbox_lives(base_sandbox):
 def test_runaway_output_is_killed_before_it_fills_the_disk(base_sandbox):
     base_sandbox.max_output_file_bytes = 5_000_000  # the default is 1 GiB
     r = base_sandbox.exec("yes runaway", timeout=60)
-    assert r.exit_code == 137 and not r.timed_out and r.duration_s < 15
+    assert r.exit_code == 137 and not r.timed_out  # the watchdog, not the 60 s deadline
     assert r.truncated and "its output exceeded 5000000 bytes" in r.output
     assert base_sandbox.exec("ls /tmp/.reterm | grep -c out").output == "1\n"  # only this one
 
@@ -95,7 +93,7 @@ def test_background_fork_bomb_stays_inside_its_pids_limit(docker_client):
     with DockerSandbox("reterm/base:bookworm", limits=Limits(pids=32)) as bomb, \
             DockerSandbox("reterm/base:bookworm", limits=Limits(pids=32)) as other:
         r = bomb.exec(":(){ :|:& };:", timeout=5)
-        assert r.duration_s < 90, r  # bounded: bash stops retrying failed forks
+        assert r.error is None, r  # the reply came back: bash stops retrying failed forks
         stats = docker_client.api.stats(bomb.id, stream=False)
         assert stats["pids_stats"]["current"] <= 32, stats["pids_stats"]
         assert other.exec("echo alive").output == "alive\n"

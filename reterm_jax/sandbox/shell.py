@@ -63,7 +63,7 @@ set -m
   while [ ! -f "$g" ]; do read -r -t 0.05 -u 9; done
   read -r p <"$g"
   while :; do
-    read -r -t 1 -u 9
+    read -r -t 0.25 -u 9
     s=$(wc -c <"$o" 2>/dev/null)
     if [ "${s:-0}" -gt "$5" ]; then echo output >"$k"; kill -KILL -- -"$p"; break; fi
   done
