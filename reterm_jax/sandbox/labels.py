@@ -1,7 +1,8 @@
 """Labels that mark every Docker object this project creates, and who owns it.
 
 Every container, snapshot image, task image and network carries
-`reterm_jax.managed=1` plus a kind and an owner. The owner names the process
+`reterm_jax.managed=1` plus a kind and an owner (failure-bank images are the exception
+that outlives its owner process: kind "bank", see KIND_BANK). The owner names the process
 (host, pid, process start time) so the reaper can tell a crashed run's leftovers
 from a live run's objects, even when pids are reused. `reterm_jax.run_id` groups a
 whole run (several processes share it through RETERM_RUN_ID), which the tests use
@@ -19,11 +20,17 @@ OWNER = "reterm_jax.owner"
 RUN_ID = "reterm_jax.run_id"
 TASK = "reterm_jax.task"
 ENV_HASH = "reterm_jax.env_hash"
+BANK = "reterm_jax.bank"              # failure-bank images: the owning bank's id
+BANK_ENTRY = "reterm_jax.bank_entry"  # ... and the entry the image belongs to
 
 KIND_CONTAINER = "container"
 KIND_SNAPSHOT = "snapshot"
 KIND_TASK_IMAGE = "task-image"
 KIND_NETWORK = "network"
+# Failure-bank images (reterm_jax.rl.failure_bank) outlive the process that made them: their
+# owner is the bank directory, not a process. The reaper never removes them, even with
+# everything=True; the bank prunes them itself (FailureBank.prune / destroy).
+KIND_BANK = "bank"
 
 _RUN_ID = os.environ.get("RETERM_RUN_ID") or uuid.uuid4().hex[:12]
 

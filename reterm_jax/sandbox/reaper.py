@@ -7,7 +7,9 @@ are left alone. Task images are a cache and are kept.
 
 `reap(everything=True)` (`python -m reterm_jax.sandbox reap --all`): every managed
 container, snapshot image, task image and network, whoever owns them. The base
-image reterm/base:bookworm is not managed and never touched.
+image reterm/base:bookworm is not managed and never touched. Failure-bank images
+(kind "bank") are never touched either: they belong to a bank directory that outlives
+its processes, and the bank prunes them itself (reterm_jax.rl.failure_bank).
 """
 from __future__ import annotations
 
@@ -55,7 +57,8 @@ def reap(everything: bool = False) -> ReapReport:
                 report.errors.append(f"container {c.name}: {e}")
     kinds = [labels.KIND_SNAPSHOT] + ([labels.KIND_TASK_IMAGE] if everything else [])
     images = [im for k in kinds for im in client.images.list(filters=labels.managed_filter(k))
-              if _abandoned(im.labels, everything)]
+              if _abandoned(im.labels, everything)
+              and im.labels.get(labels.KIND) != labels.KIND_BANK]  # never, whatever the filter
     # Newest first so children go before their parents; a second pass catches the rest.
     images.sort(key=lambda im: im.attrs.get("Created", ""), reverse=True)
     for _ in range(2):

@@ -95,6 +95,8 @@ class DockerSandbox:
 
     def __init__(self, image: str, *, limits: Limits = Limits(), task: Task | None = None,
                  snapshot=None):
+        # snapshot: what must outlive this sandbox (a Snapshot, or a failure-bank pin); told
+        # through _add_user(self) once started and _remove_user(self) on close.
         from reterm_jax.sandbox.reaper import reap_once
         reap_once()
         client = get_client()

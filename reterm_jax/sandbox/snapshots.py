@@ -141,23 +141,30 @@ def _flush_pending_locked() -> None:
             progress = True
 
 
-def take_snapshot(sandbox) -> Snapshot:
+def commit_image(sandbox, image_labels: dict[str, str], *, repository: str | None = None,
+                 tag: str | None = None, what: str = "snapshot") -> str:
+    """`docker commit` (paused) of a running sandbox's filesystem with these labels; returns
+    the image id. Holds the sandbox's lock: no command runs while the files are committed.
+    Not retried: a duplicate commit would leak an image."""
     if sandbox._closed:
-        raise SandboxError(f"cannot snapshot {sandbox.name}: it is closed")
-    extra = {labels.TASK: sandbox.task.name} if sandbox.task else {}
-    conf = {"Labels": labels.labels(labels.KIND_SNAPSHOT, **extra)}
-    # Holding the sandbox's lock: no command runs while the filesystem is committed.
-    # Not retried: a duplicate commit would leak an image (the reaper would get it).
+        raise SandboxError(f"cannot {what} {sandbox.name}: it is closed")
     with sandbox._lock:
         if not sandbox.alive():  # a crashed container's files may be half-written
-            raise SandboxError(f"cannot snapshot {sandbox.name}: its container is not running "
-                               f"({sandbox._explain_failure('snapshot requested')})")
+            raise SandboxError(f"cannot {what} {sandbox.name}: its container is not running "
+                               f"({sandbox._explain_failure(what + ' requested')})")
         try:
-            image = get_client().api.commit(sandbox.id, conf=conf, pause=True)
+            image = get_client().api.commit(sandbox.id, repository=repository, tag=tag,
+                                            conf={"Labels": image_labels}, pause=True)
         except Exception as e:  # noqa: BLE001 - engine errors and dropped connections alike
             raise SandboxError(f"docker commit of {sandbox.name} failed: "
                                f"{sandbox._explain_failure(e)}") from e
-    return Snapshot(image["Id"], sandbox)
+    return image["Id"]
+
+
+def take_snapshot(sandbox) -> Snapshot:
+    extra = {labels.TASK: sandbox.task.name} if sandbox.task else {}
+    image_id = commit_image(sandbox, labels.labels(labels.KIND_SNAPSHOT, **extra))
+    return Snapshot(image_id, sandbox)
 
 
 def branch(snapshot: Snapshot, n: int) -> list:
