@@ -96,6 +96,16 @@ def observation_text(contents: list[str], enable_thinking: bool = True) -> str:
     return f"\n<|im_start|>user{body}<|im_end|>\n<|im_start|>assistant\n{think}"
 
 
+def retry_turn_text(enable_thinking: bool = True) -> str:
+    """What follows a failed attempt's last <|im_end|> to open a recovery attempt: the newline
+    ending that turn, the retry user turn (RETRY_PROMPT) and the generation prompt, exactly as
+    `prompt_text(initial_messages(instruction, history))` renders them after the history.
+    Tokenised on its own and appended to the failed attempt's exact tokens (never re-rendered:
+    a re-render drops earlier <think> blocks), like `observation_text`."""
+    think = "<think>\n" if enable_thinking else "<think>\n\n</think>\n\n"
+    return f"\n<|im_start|>user\n{RETRY_PROMPT}<|im_end|>\n<|im_start|>assistant\n{think}"
+
+
 def format_observation(output: str, exit_code: int, timed_out: bool = False) -> str:
     """The tool message content (the demo data's format)."""
     status = f"[timed out; exit code {exit_code}]" if timed_out else f"[exit code {exit_code}]"

@@ -146,14 +146,21 @@ def _thread_map(fn, items) -> list:
 def run_episodes(sampler: Sampler, tokenizer, envs: Sequence, messages: Sequence[list[dict]], *,
                  task_ids: Sequence[str], limits: Limits, params: SamplingParams = SamplingParams(),
                  key: jax.Array | None = None, script: Script | None = None, pool=None,
-                 verify_fn: Callable | None = None) -> list[Trajectory]:
+                 verify_fn: Callable | None = None,
+                 prompt_tokens: Sequence[Sequence[int]] | None = None) -> list[Trajectory]:
     """Run len(envs) episodes to their end; each env has `.exec(command, timeout)` (a DockerSandbox).
     pool: a SandboxPool that runs the rows' tool calls and verifications (default: one thread per
     row). verify_fn(env) -> VerifyResult (e.g. reterm_jax.sandbox.verify) fills reward/resolved.
-    Set limits.wall_clock_s from the task's [agent].timeout_sec to honour it."""
+    Set limits.wall_clock_s from the task's [agent].timeout_sec to honour it.
+    prompt_tokens[r]: row r starts from exactly these tokens (a recovery attempt: the failed
+    attempt's tokens + `harness.retry_turn_text()` tokenised alone) instead of tokenising
+    prompt_text(messages[r]); messages[r] still supplies the message record. Token in/token out:
+    the history is never re-rendered."""
     batch = len(envs)
     if not len(messages) == len(task_ids) == batch:
         raise ValueError(f"{batch} envs, {len(messages)} message lists, {len(task_ids)} task ids")
+    if prompt_tokens is not None and len(prompt_tokens) != batch:
+        raise ValueError(f"{batch} envs but {len(prompt_tokens)} prompt token lists")
     key = jax.random.key(0) if key is None else key
     stop_pad = special_ids(tokenizer).pad
     pmap = pool.map if pool is not None else _thread_map
@@ -167,7 +174,10 @@ def run_episodes(sampler: Sampler, tokenizer, envs: Sequence, messages: Sequence
             running[r] = False
             trajs[r].end_reason = reason
 
-    prompts = [_tokenize(tokenizer, harness.prompt_text(t.messages)) for t in trajs]
+    if prompt_tokens is not None:
+        prompts = [[int(x) for x in p] for p in prompt_tokens]
+    else:
+        prompts = [_tokenize(tokenizer, harness.prompt_text(t.messages)) for t in trajs]
     for r, p in enumerate(prompts):
         if len(p) >= min(limits.max_tokens, sampler.max_length):
             end(r, harness.TOKEN_BUDGET)

@@ -1,0 +1,108 @@
+"""RecoveryProducer against real Docker and a real FailureBank: a scripted failing policy fills
+the bank, G=2 recovery attempts branch from the failure with verified rewards and the right
+masks, and a sandbox killed mid-episode becomes a masked member."""
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from reterm_jax.data import load_tokenizer, special_ids
+from reterm_jax.model import Qwen3_5Config, Qwen3_5ForCausalLM
+from reterm_jax.rl import harness
+from reterm_jax.rl.failure_bank import FailureBank
+from reterm_jax.rl.harness import Limits, bash_call_xml
+from reterm_jax.rl.policy_store import PolicyStore
+from reterm_jax.rl.sampler import Sampler
+from reterm_jax.rl.stream import GroupStream, StreamConfig, assess
+from reterm_jax.rl.workers import RecoveryConfig, RecoveryProducer, RolloutWorkers
+from reterm_jax.sandbox import load_task
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+FAILED = ["Write it.\n</think>\n\n" + bash_call_xml("echo 'hello sandbox' > /app/greeting.txt") + "<|im_end|>",
+          "Written.\n</think>\n\nThe task is complete.<|im_end|>"]
+FIX = ["Check it.\n</think>\n\n" + bash_call_xml("cat /app/greeting.txt") + "<|im_end|>",
+       "Fix the comma.\n</think>\n\n" + bash_call_xml("echo 'hello, sandbox' > /app/greeting.txt") + "<|im_end|>",
+       "Fixed.\n</think>\n\nThe greeting is corrected; the task is complete.<|im_end|>"]
+GIVE_UP = ["Looks fine.\n</think>\n\nThe task is complete.<|im_end|>"]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def sampler(tok):
+    model = Qwen3_5ForCausalLM(Qwen3_5Config.tiny(vocab_size=len(tok)), rngs=nnx.Rngs(0))
+    ids = special_ids(tok)
+    return Sampler(model, stop_ids=ids.stop, pad_id=ids.pad, max_length=2048, min_bucket=32)
+
+
+@pytest.fixture
+def bank(tmp_path, docker_client):
+    b = FailureBank(tmp_path / "bank")
+    yield b
+    b.destroy()  # images included
+
+
+def make_producer(bank, task, sampler, tok, script):
+    cfg = RecoveryConfig(group_size=2, limits=Limits.tiny(max_new_tokens_per_turn=160, max_tokens=2048),
+                         min_failures=1, collect_batch=1)
+    return RecoveryProducer(bank, [task], sampler, tok, cfg, script=script,
+                            collect_script=lambda r, t: FAILED[len(t.turns)])
+
+
+def test_recovery_groups_from_a_bank_filled_by_a_failing_policy(bank, task_path, sampler, tok):
+    task = load_task(task_path("make_greeting"))
+    producer = make_producer(bank, task, sampler, tok,
+                             script=lambda r, t: (FIX if r == 0 else GIVE_UP)[len(t.turns)])
+    group = producer.produce(3, None, jax.random.key(0))
+    # the collection round banked the scripted failure, stamped with the policy version
+    assert len(bank) == 1 and producer.stats.failures_added == 1 and producer.stats.fresh_resolved == 0
+    entry = bank.get(bank.entry_ids()[0])
+    assert entry.policy_version == 3 and entry.reward == 0.0 and entry.tokens[-1] == special_ids(tok).im_end
+    # one group of G=2 recovery attempts from that failure, verified on clones
+    assert group.failure_id == entry.entry_id and group.policy_version == 3 and group.task_id == task.name
+    assert group.valid == [True, True] and group.rewards == [1.0, 0.0] and group.resolved == [True, False]
+    assert group.sandbox_errors == 0 and producer.current_sandboxes == []
+    retry = tok(harness.retry_turn_text(), add_special_tokens=False)["input_ids"]
+    prompt = entry.tokens + retry
+    for traj, turns in zip(group.trajectories, (FIX, GIVE_UP)):
+        assert traj.tokens[:len(prompt)] == prompt and traj.prompt_len == len(prompt)
+        mask = np.array(traj.loss_mask, bool)
+        assert not mask[:len(prompt)].any()  # the failed attempt and the retry turn never train
+        assert tok.decode(np.array(traj.tokens)[mask].tolist(), skip_special_tokens=False) == "".join(turns)
+        assert traj.messages[len(entry.messages)] == {"role": "user", "content": harness.RETRY_PROMPT}
+    assert assess(group, 3, StreamConfig(groups_per_step=1, group_size=2, seq_len=2048, pad_id=0)).usable
+
+
+def test_a_sandbox_killed_mid_episode_is_a_masked_member(bank, task_path, sampler, tok, docker_client):
+    task = load_task(task_path("make_greeting"))
+    killed = []
+
+    def script(r, traj):
+        if r == 1 and len(traj.turns) == 1 and not killed:  # before row 1's second turn runs
+            docker_client.api.kill(producer.current_sandboxes[1].id)
+            killed.append(producer.current_sandboxes[1].id)
+        return FIX[len(traj.turns)]
+
+    producer = make_producer(bank, task, sampler, tok, script)
+    store = PolicyStore(5, None)
+    workers = RolloutWorkers(producer, store, queue_size=1)
+    stream = GroupStream(workers, StreamConfig(groups_per_step=1, group_size=2, seq_len=2048, pad_id=0,
+                                               min_valid=1, dynamic_sampling=False), store=store)
+    it = iter(stream)
+    try:
+        batch = next(it)
+    finally:
+        stream.stop()
+    assert killed and workers.counters.errors == 0
+    stats = batch["stats"]
+    assert stats["sandbox_errors"] == 1 and stats["members_invalid"] == 1 and stats["trajectories"] == 1
+    assert float(stats["reward_mean"]) == 1.0  # the surviving member fixed the task
+    # row 1 (killed): an all-pad, zero-weight row; row 0 trains on its sampled tokens only
+    assert batch["weights"][1].sum() == 0 and batch["loss_mask"][1].sum() == 0
+    assert batch["weights"][0, 0] == 1.0 and batch["loss_mask"][0].sum() > 0
+    with pytest.raises(Exception):  # the killed container is gone (closed), nothing leaks
+        docker_client.containers.get(killed[0])
