@@ -4,19 +4,30 @@ and retries for transient engine errors.
 docker-py's client wraps a requests.Session, which is not documented as thread-safe,
 so each thread gets its own client (they are cheap: a connection pool each).
 DOCKER_HOST / DOCKER_TLS_VERIFY / DOCKER_CERT_PATH select a remote engine as usual.
+
+Several engines: RETERM_DOCKER_HOSTS=tcp://h1:2376,tcp://h2:2376 lists endpoints (same URL
+forms as DOCKER_HOST; TLS for tcp:// ones from DOCKER_TLS_VERIFY / DOCKER_CERT_PATH, as the
+docker CLI does). A SandboxPool spreads its jobs over them and runs each job inside
+`use_endpoint(url)`, so `get_client()` there talks to that engine. An endpoint of None is the
+default engine (DOCKER_HOST, else the local socket).
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import os
 import threading
 import time
-from typing import Callable, TypeVar
+from typing import Callable, Iterator, TypeVar
 
 import docker
 import requests
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 120
+HOSTS_VAR = "RETERM_DOCKER_HOSTS"
 _local = threading.local()
+_endpoint: contextvars.ContextVar[str | None] = contextvars.ContextVar("reterm_docker_endpoint", default=None)
 
 
 class SandboxError(RuntimeError):
@@ -34,16 +45,72 @@ HOW_TO_START = (
 )
 
 
-def get_client() -> docker.DockerClient:
-    """This thread's Docker client (created on first use, checked with a ping)."""
-    client = getattr(_local, "client", None)
+def docker_hosts(env=os.environ) -> list[str | None]:
+    """The engines to spread sandboxes over: RETERM_DOCKER_HOSTS's URLs, else [None] (the
+    default engine)."""
+    raw = env.get(HOSTS_VAR, "")
+    hosts = [h.strip() for h in raw.split(",") if h.strip()]
+    for h in hosts:
+        if "://" not in h:
+            raise ValueError(f"{HOSTS_VAR}: {h!r} is not an engine URL; use the DOCKER_HOST forms "
+                             "tcp://HOST:2376, unix:///var/run/docker.sock or ssh://USER@HOST")
+    if len(set(hosts)) != len(hosts):
+        raise ValueError(f"{HOSTS_VAR}={raw!r} lists an endpoint twice")
+    return hosts or [None]
+
+
+def client_kwargs(endpoint: str | None, env=os.environ) -> dict:
+    """docker.DockerClient arguments for `endpoint` with the docker CLI's environment semantics:
+    TLS (DOCKER_TLS_VERIFY, DOCKER_CERT_PATH with ca.pem/cert.pem/key.pem) for tcp:// URLs only."""
+    env = dict(env)
+    if endpoint is not None:
+        env["DOCKER_HOST"] = endpoint
+        if not endpoint.startswith(("tcp://", "https://")):
+            env.pop("DOCKER_TLS_VERIFY", None)
+            env.pop("DOCKER_CERT_PATH", None)
+    return docker.utils.kwargs_from_env(environment=env)
+
+
+def make_client(endpoint: str | None = None, *, timeout: int = DEFAULT_TIMEOUT_S) -> docker.DockerClient:
+    """A new client for `endpoint` (None: the default engine); the caller owns it."""
+    return docker.DockerClient(timeout=timeout, **client_kwargs(endpoint))
+
+
+def current_endpoint() -> str | None:
+    """The engine this thread's code runs against (set by `use_endpoint`; None = default)."""
+    return _endpoint.get()
+
+
+@contextlib.contextmanager
+def use_endpoint(endpoint: str | None) -> Iterator[None]:
+    """Within the block, `get_client()` and what starts sandboxes use `endpoint`."""
+    token = _endpoint.set(endpoint)
+    try:
+        yield
+    finally:
+        _endpoint.reset(token)
+
+
+_CURRENT = object()  # get_client's default: whatever use_endpoint() set (None itself = the default engine)
+
+
+def get_client(endpoint: str | None | object = _CURRENT) -> docker.DockerClient:
+    """This thread's Docker client for `endpoint` (default: `current_endpoint()`; None: the
+    default engine), created on first use and checked with a ping."""
+    if endpoint is _CURRENT:
+        endpoint = current_endpoint()
+    clients = getattr(_local, "clients", None)
+    if clients is None:
+        clients = _local.clients = {}
+    client = clients.get(endpoint)
     if client is None:
         try:
-            client = docker.from_env(timeout=DEFAULT_TIMEOUT_S)
+            client = make_client(endpoint)
             client.ping()
         except (docker.errors.DockerException, requests.RequestException) as e:
-            raise DockerUnavailable(f"{HOW_TO_START} (error: {e})") from e
-        _local.client = client
+            where = f" (endpoint {endpoint} from {HOSTS_VAR})" if endpoint else ""
+            raise DockerUnavailable(f"{HOW_TO_START}{where} (error: {e})") from e
+        clients[endpoint] = client
     return client
 
 

@@ -17,7 +17,7 @@ import docker
 import requests
 
 from reterm_jax.sandbox import labels
-from reterm_jax.sandbox.client import SandboxError, get_client, retry
+from reterm_jax.sandbox.client import SandboxError, current_endpoint, get_client, make_client, retry
 from reterm_jax.sandbox.task import Task
 
 _RECIPE_VERSION = "1"  # bump when the way images are built changes
@@ -42,9 +42,9 @@ def image_tag(task: Task) -> str:
     return f"reterm-task/{repo}:{environment_hash(task.environment_dir)}"
 
 
-def _lock_for(tag: str) -> threading.Lock:
+def _lock_for(tag: str, endpoint: str | None) -> threading.Lock:
     with _locks_guard:
-        return _locks.setdefault(tag, threading.Lock())
+        return _locks.setdefault(f"{endpoint}|{tag}", threading.Lock())
 
 
 def _prebuilt(task: Task, client: docker.DockerClient) -> str | None:
@@ -67,14 +67,16 @@ def _prebuilt(task: Task, client: docker.DockerClient) -> str | None:
 
 
 def ensure_task_image(task: Task) -> str:
-    """Return an image reference for `task`, building it if needed (thread-safe)."""
-    client = get_client()
+    """Return an image reference for `task` on the current engine (client.use_endpoint),
+    building it there if needed (thread-safe)."""
+    endpoint = current_endpoint()
+    client = get_client(endpoint)
     if task.docker_image:
         ref = _prebuilt(task, client)
         if ref is not None:
             return ref
     tag = image_tag(task)
-    with _lock_for(tag):
+    with _lock_for(tag, endpoint):
         try:
             client.images.get(tag)
             return tag
@@ -82,7 +84,7 @@ def ensure_task_image(task: Task) -> str:
             pass
         env_hash = tag.rsplit(":", 1)[1]
         # Builds can be long; a dedicated client carries the task's build timeout.
-        build_client = docker.from_env(timeout=int(task.build_timeout_s) + 30)
+        build_client = make_client(endpoint, timeout=int(task.build_timeout_s) + 30)
         try:
             build_client.images.build(
                 path=str(task.environment_dir), tag=tag, rm=True, forcerm=True,

@@ -33,7 +33,7 @@ import docker
 import requests
 
 from reterm_jax.sandbox import labels, shell
-from reterm_jax.sandbox.client import SandboxError, get_client, retry
+from reterm_jax.sandbox.client import SandboxError, current_endpoint, get_client, retry
 from reterm_jax.sandbox.session import SessionBroken, ShellSession
 from reterm_jax.sandbox.shell import ExecResult
 from reterm_jax.sandbox.task import Task
@@ -61,16 +61,15 @@ class Limits:
                    allow_internet=task.allow_internet)
 
 
-_engine_cpus: int | None = None
+_engine_cpus: dict[str | None, int] = {}  # per engine endpoint
 _live: set["DockerSandbox"] = set()
 _live_lock = threading.Lock()
 
 
-def _cpu_count(client: docker.DockerClient) -> int:
-    global _engine_cpus
-    if _engine_cpus is None:
-        _engine_cpus = int(client.info().get("NCPU") or os.cpu_count() or 1)
-    return _engine_cpus
+def _cpu_count(client: docker.DockerClient, endpoint: str | None) -> int:
+    if endpoint not in _engine_cpus:
+        _engine_cpus[endpoint] = int(client.info().get("NCPU") or os.cpu_count() or 1)
+    return _engine_cpus[endpoint]
 
 
 def _internet_network(client: docker.DockerClient) -> str:
@@ -99,7 +98,10 @@ class DockerSandbox:
         # through _add_user(self) once started and _remove_user(self) on close.
         from reterm_jax.sandbox.reaper import reap_once
         reap_once()
-        client = get_client()
+        # A sandbox lives on one engine and talks only to it: a branch on its snapshot's (the
+        # image exists there only), otherwise the caller's (a SandboxPool job's endpoint).
+        self.endpoint = snapshot.endpoint if hasattr(snapshot, "endpoint") else current_endpoint()
+        client = get_client(self.endpoint)
         self.image, self.limits, self.task, self.source_snapshot = image, limits, task, snapshot
         self._lock = threading.Lock()
         self._closed = False
@@ -114,7 +116,7 @@ class DockerSandbox:
             cap_drop=["ALL"], cap_add=CAPS, security_opt=["no-new-privileges"],
             privileged=False, pids_limit=limits.pids,
             mem_limit=f"{limits.memory_mb}m", memswap_limit=f"{limits.memory_mb}m",
-            nano_cpus=int(min(limits.cpus, _cpu_count(client)) * 1e9))
+            nano_cpus=int(min(limits.cpus, _cpu_count(client, self.endpoint)) * 1e9))
         try:
             self._container = retry(lambda: self._create(client, kwargs), what="create")
             retry(self._container.start, what="start")
@@ -164,7 +166,7 @@ class DockerSandbox:
                     self._session.close()  # the command was not sent: start a new server
                     self._session = None
                 if self._session is None:
-                    self._session = ShellSession(get_client().api, self.id,
+                    self._session = ShellSession(get_client(self.endpoint).api, self.id,
                                                  shell.OUTER, shell.INNER)
                 reply = self._session.request(
                     command, persist=persist, timeout_s=timeout_s,
@@ -242,7 +244,7 @@ class DockerSandbox:
         if not prep.ok or prep.exit_code != 0:
             raise SandboxError(f"cannot prepare {dest} in {self.name}: {prep.error or prep.output}")
         try:
-            retry(lambda: get_client().api.put_archive(self.id, parent, buf.getvalue()),
+            retry(lambda: get_client(self.endpoint).api.put_archive(self.id, parent, buf.getvalue()),
                   what="put_archive")
         except (docker.errors.APIError, requests.RequestException) as e:
             raise SandboxError(f"cannot copy {local_dir} to {dest} in {self.name}: {e}") from e
@@ -267,7 +269,7 @@ class DockerSandbox:
 
     def _remove_quietly(self) -> None:
         try:
-            retry(lambda: get_client().api.remove_container(self.name, force=True), what="remove")
+            retry(lambda: get_client(self.endpoint).api.remove_container(self.name, force=True), what="remove")
         except docker.errors.NotFound:
             pass
         except Exception:  # noqa: BLE001 - labelled; the reaper removes it later

@@ -34,6 +34,7 @@ _flush_lock = threading.Lock()
 class Snapshot:
     def __init__(self, image_id: str, source):
         self.image_id = image_id
+        self.endpoint = source.endpoint  # the image exists on the engine that committed it only
         self.limits, self.task, self.workdir = source.limits, source.task, source.workdir
         self.created = time.time()
         self._users: set = set()
@@ -123,7 +124,7 @@ def _flush_pending_locked() -> None:
             todo = sorted(_pending_delete, key=lambda s: s.created, reverse=True)
         for snap in todo:
             try:
-                retry(lambda: get_client().api.remove_image(snap.image_id, noprune=False),
+                retry(lambda: get_client(snap.endpoint).api.remove_image(snap.image_id, noprune=False),
                       what="remove snapshot")
             except docker.errors.NotFound:
                 pass
@@ -153,8 +154,8 @@ def commit_image(sandbox, image_labels: dict[str, str], *, repository: str | Non
             raise SandboxError(f"cannot {what} {sandbox.name}: its container is not running "
                                f"({sandbox._explain_failure(what + ' requested')})")
         try:
-            image = get_client().api.commit(sandbox.id, repository=repository, tag=tag,
-                                            conf={"Labels": image_labels}, pause=True)
+            image = get_client(sandbox.endpoint).api.commit(sandbox.id, repository=repository, tag=tag,
+                                                          conf={"Labels": image_labels}, pause=True)
         except Exception as e:  # noqa: BLE001 - engine errors and dropped connections alike
             raise SandboxError(f"docker commit of {sandbox.name} failed: "
                                f"{sandbox._explain_failure(e)}") from e
