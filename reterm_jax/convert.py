@@ -28,15 +28,21 @@ from absl import app, flags, logging
 from flax import nnx
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("to", None, ["orbax", "hf"], "Direction: HF dir -> orbax, or orbax -> HF dir.")
-flags.DEFINE_string("hf", None, "--to=orbax: HF checkpoint dir to read.")
-flags.DEFINE_string("checkpoint", None, "--to=hf: orbax checkpoint dir to read.")
-flags.DEFINE_string("out", None, "Output directory.")
-flags.DEFINE_string("source", None, "--to=hf: original HF dir (vision/MTP tensors, dtypes, tokenizer).")
-flags.DEFINE_string("dtype", None, "--to=hf: cast exported tensors to this dtype (A_log and "
-                    "linear_attn.norm stay float32), e.g. bfloat16. Default: the source's dtypes.")
-flags.DEFINE_string("param_dtype", "float32", "--to=orbax: dtype of the stored params.")
-flags.DEFINE_string("mesh", None, "Optional 'data,fsdp,tensor' sizes to shard params over, e.g. 1,-1,1.")
+
+
+def define_flags() -> None:
+    """The CLI's flags, defined only when this module is the program (`python -m
+    reterm_jax.convert`): other CLIs import its functions and may have flags of the same names."""
+    flags.DEFINE_enum("to", None, ["orbax", "hf"], "Direction: HF dir -> orbax, or orbax -> HF dir.")
+    flags.DEFINE_string("hf", None, "--to=orbax: HF checkpoint dir to read.")
+    flags.DEFINE_string("checkpoint", None, "--to=hf: orbax checkpoint dir to read.")
+    flags.DEFINE_string("out", None, "Output directory.")
+    flags.DEFINE_string("source", None, "--to=hf: original HF dir (vision/MTP tensors, dtypes, tokenizer).")
+    flags.DEFINE_string("dtype", None, "--to=hf: cast exported tensors to this dtype (A_log and "
+                        "linear_attn.norm stay float32), e.g. bfloat16. Default: the source's dtypes.")
+    flags.DEFINE_string("param_dtype", "float32", "--to=orbax: dtype of the stored params.")
+    flags.DEFINE_string("mesh", None, "Optional 'data,fsdp,tensor' sizes to shard params over, e.g. 1,-1,1.")
+
 
 PARAMS_ITEM = "params"
 INFO_FILE = "reterm_convert.json"
@@ -218,4 +224,5 @@ def _main(argv):
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

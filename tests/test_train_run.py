@@ -137,7 +137,7 @@ def test_eight_devices_give_the_same_losses(cli_run):
 
 def test_unknown_mode_names_the_available_ones(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "reterm_jax.train", "--config=configs/sft.py",
-                           "--config.mode=grpo", f"--workdir={tmp_path}"], cwd=ROOT, capture_output=True,
+                           "--config.mode=dpo", f"--workdir={tmp_path}"], cwd=ROOT, capture_output=True,
                           text=True, timeout=120, env=dict(os.environ, JAX_PLATFORMS="cpu"))
     assert proc.returncode != 0
-    assert "config.mode='grpo' is not implemented; available modes: ['sft']" in proc.stderr
+    assert "config.mode='dpo' is not implemented; available modes: ['grpo', 'sft']" in proc.stderr

@@ -6,14 +6,17 @@ import os
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from reterm_jax.parallel.distributed import maybe_initialize
+
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/sft.py or configs/sft.py:tiny.",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints, TensorBoard events and the HF export go here "
                                "(default ./runs/<mode>-<timestamp>).")
-MODES = {"sft": "reterm_jax.train.sft"}  # "grpo" joins when train/grpo.py lands
+MODES = {"sft": "reterm_jax.train.sft", "grpo": "reterm_jax.train.grpo"}
 
 
 def main(argv):
+    maybe_initialize()  # before anything touches a device; a no-op on one process
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}; settings go in --config.a.b=value flags")
     config = _CONFIG.value
@@ -27,10 +30,11 @@ def main(argv):
     logging.info("mode %s, workdir %s", mode, os.path.abspath(workdir))
     import importlib
     result = importlib.import_module(MODES[mode]).train(config, workdir)
-    losses = result["losses"]
-    if losses:
-        first, last = min(losses), max(losses)
-        logging.info("loss %.4f (step %d) -> %.4f (step %d)", losses[first], first, losses[last], last)
+    for key, name in (("losses", "loss"), ("rewards", "reward mean")):  # GRPO results carry both
+        values = result.get(key) or {}
+        if values:
+            first, last = min(values), max(values)
+            print(f"{name} {values[first]:.4f} (step {first}) -> {values[last]:.4f} (step {last})")
     print(f"workdir: {os.path.abspath(workdir)}")
 
 

@@ -4,7 +4,8 @@ Layout under the checkpoint dir (one subdir per saved step, orbax's):
 
     <dir>/<step>/params      nnx pure dict of the model Params (what reterm_jax.convert reads)
     <dir>/<step>/opt_state   optax state
-    <dir>/<step>/train       JSON: step, RNG key, the Grain data-iterator state
+    <dir>/<step>/train       JSON: step, RNG key, the Grain data-iterator state, and the run's
+                             extra fields (GRPO: policy_version, the failure bank's cursor)
     <dir>/config.json        the model's HF config (so `convert --to=hf --checkpoint=<dir>` works)
 
 The data-iterator state is Grain's own `get_state()` dict, stored as JSON (what
@@ -15,11 +16,13 @@ train step may donate (overwrite) the device buffers right after.
 """
 from __future__ import annotations
 
+import json
 import os
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
 
 from reterm_jax.train.state import TrainState
 
@@ -38,21 +41,32 @@ class Checkpointer:
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
 
-    def save(self, step: int, state: TrainState, data_state: dict, *, force: bool = False) -> bool:
-        """Save when `step` is on the save interval (or `force`); returns whether it saved."""
+    def save(self, step: int, state: TrainState, data_state: dict, *, force: bool = False,
+             extra: dict | None = None) -> bool:
+        """Save when `step` is on the save interval (or `force`); returns whether it saved.
+        extra: more JSON fields for the `train` item (taken now, like the iterator state)."""
         # Our own interval test: orbax's should_save() also fires on the first step of a run.
         if not (force or step % self.save_every == 0):
             return False
         train = {"step": int(step), "rng": np.asarray(jax.device_get(state.rng)).tolist(),
                  "data_iterator": data_state}
+        if jax.process_count() > 1:
+            # Each process reads its own shard and so has its own iterator position, but this
+            # JSON item is written by process 0 alone: it holds all of them, by process index.
+            train["data_iterators"] = _from_every_process(data_state)
+        clash = sorted(set(extra or {}) & set(train))
+        if clash:
+            raise ValueError(f"checkpoint extra fields {clash} would overwrite the train item's own")
+        train.update(extra or {})
         return self.manager.save(step, args=ocp.args.Composite(
             params=ocp.args.StandardSave(state.params),
             opt_state=ocp.args.StandardSave(state.opt_state),
             train=ocp.args.JsonSave(train)), force=True)
 
-    def restore(self, step: int, target: TrainState) -> tuple[TrainState, dict]:
+    def restore(self, step: int, target: TrainState, *, with_extra: bool = False):
         """(state, data-iterator state) saved at `step`; `target` holds ShapeDtypeStructs with
-        shardings (state.abstract_train_state), so every array lands on its device slice."""
+        shardings (state.abstract_train_state), so every array lands on its device slice.
+        with_extra: (state, data-iterator state, the extra JSON fields given to save)."""
         out = self.manager.restore(step, args=ocp.args.Composite(
             params=ocp.args.StandardRestore(target.params),
             opt_state=ocp.args.StandardRestore(target.opt_state),
@@ -60,9 +74,13 @@ class Checkpointer:
         train = out["train"]
         if train["step"] != step:
             raise ValueError(f"{self.directory}/{step}: records step {train['step']}; the checkpoint is corrupt")
+        train["data_iterator"] = _this_process(train, f"{self.directory}/{step}")
         put = lambda x, like: jax.device_put(np.asarray(x, dtype=like.dtype), like.sharding)
         state = TrainState(step=put(step, target.step), params=out["params"],
                            opt_state=out["opt_state"], rng=put(train["rng"], target.rng))
+        if with_extra:
+            extra = {k: v for k, v in train.items() if k not in ("step", "rng", "data_iterator", "data_iterators")}
+            return state, train["data_iterator"], extra
         return state, train["data_iterator"]
 
     def wait(self) -> None:
@@ -71,3 +89,23 @@ class Checkpointer:
     def close(self) -> None:
         self.manager.wait_until_finished()
         self.manager.close()
+
+
+def _from_every_process(obj) -> list:
+    """[obj of process 0, obj of process 1, ...] on every process (JSON-able objs; a collective)."""
+    data = np.frombuffer(json.dumps(obj).encode(), np.uint8)
+    size = int(np.max(multihost_utils.process_allgather(np.array([data.size], np.int32))))
+    padded = np.zeros(size, np.uint8)
+    padded[:data.size] = data
+    rows = multihost_utils.process_allgather(padded)  # [processes, size]
+    return [json.loads(bytes(row).rstrip(b"\0")) for row in np.asarray(rows)]
+
+
+def _this_process(train: dict, where: str):
+    """This process's data-iterator state from a saved `train` item."""
+    states = train.get("data_iterators") or [train["data_iterator"]]
+    if len(states) != jax.process_count():
+        raise ValueError(f"{where} was written by {len(states)} process(es) and this job has {jax.process_count()}: "
+                         "each process's data position belongs to its own shard of the rows, so resume with "
+                         f"{len(states)} process(es)")
+    return states[jax.process_index()]

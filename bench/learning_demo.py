@@ -1,0 +1,131 @@
+"""Does GRPO help? Verified pass rate on the bundled tasks: the SFT warm start vs after N GRPO steps.
+
+    python bench/learning_demo.py [--steps 20] [--tasks 'tasks/*'] [--max_tasks 0] [--samples 2]
+                                  [--protocols pass@1,recovery@k] [--workdir runs/learning-demo]
+
+1. the warm start: <workdir>/sft (configs/sft.py:tiny, run if missing) or --init=<ckpt dir>;
+2. evaluate it (rl.evaluation protocols, a ModelPolicy at the GRPO sampling settings and limits);
+3. `reterm_jax.train.grpo.train` for --steps steps (configs/grpo.py:tiny) into <workdir>/grpo
+   (resumes if already there);
+4. evaluate the GRPO params the same way; print both as one table and write <workdir>/learning_demo.json.
+Needs Docker. Asserts nothing (benchmarks never gate tests).
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path[:0] = [_ROOT, os.path.join(_ROOT, "configs")]  # runnable from a checkout
+
+from absl import logging  # noqa: E402
+
+import grpo as grpo_config  # noqa: E402  (configs/grpo.py)
+from reterm_jax.rl import evaluation  # noqa: E402
+from reterm_jax.train import grpo  # noqa: E402
+
+
+def _policy(gcfg, checkpoint: str):
+    """The model at `checkpoint` through the bash harness, sampled as GRPO samples (temperature,
+    no top-k/p) under the GRPO rollout limits (reterm_jax.evaluate's model policy, built here:
+    that module's absl flags clash with reterm_jax.convert's in one process)."""
+    from reterm_jax.convert import restore_model
+    from reterm_jax.data import load_tokenizer, special_ids
+    from reterm_jax.rl.harness import Limits
+    from reterm_jax.rl.policies import ModelPolicy
+    from reterm_jax.rl.sampler import Sampler
+    from reterm_jax.rl.sampling import SamplingParams
+    tok = load_tokenizer()
+    ids = special_ids(tok)
+    sampler = Sampler(restore_model(checkpoint), stop_ids=ids.stop, pad_id=ids.pad,
+                      max_length=gcfg.rollout.cache_length)
+    r = gcfg.rollout
+    limits = Limits(max_turns=r.max_turns, max_tokens=r.max_tokens, max_new_tokens_per_turn=r.max_new_tokens_per_turn,
+                    wall_clock_s=r.wall_clock_s, command_timeout_s=r.command_timeout_s)
+    return ModelPolicy(sampler, tok, limits, SamplingParams(temperature=r.temperature), seed=gcfg.seed)
+
+
+def _evaluate(gcfg, checkpoint: str, dirs: list[Path], args) -> dict:
+    """evaluation.summarize over every (task, protocol, sample) trial, run on a SandboxPool."""
+    from reterm_jax.sandbox import DockerSandbox, SandboxPool, load_task, verify
+    policy = _policy(gcfg, checkpoint)
+    protocols = [p.strip() for p in args.protocols.split(",") if p.strip()]
+    jobs = [(d, p, s) for d in dirs for p in protocols for s in range(args.samples)]
+
+    def run(job):
+        d, protocol, sample = job
+        return evaluation.run_trial(policy, d, protocol, k=args.k, sample=sample,
+                                    sandbox_factory=DockerSandbox.from_task, verify_fn=verify, load_task_fn=load_task)
+
+    with SandboxPool(max_concurrency=args.jobs) as pool:
+        outcomes = [f.result() for f in [pool.submit(run, job) for job in jobs]]
+    trials = [o.value if o.ok else evaluation.Trial(d.name, p, s, error=o.error)
+              for (d, p, s), o in zip(jobs, outcomes)]
+    return evaluation.summarize(trials, args.k)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=20, help="GRPO steps")
+    p.add_argument("--tasks", default="tasks/*", help="glob of task dirs (training and evaluation)")
+    p.add_argument("--max_tasks", type=int, default=0, help="use the first N tasks (0 = all)")
+    p.add_argument("--samples", type=int, default=2, help="evaluation samples per task and protocol")
+    p.add_argument("--protocols", default="pass@1,recovery@k")
+    p.add_argument("--k", type=int, default=2)
+    p.add_argument("--jobs", type=int, default=2, help="evaluation trials at once")
+    p.add_argument("--init", default="", help="warm start checkpoint (default: <workdir>/sft, run if missing)")
+    p.add_argument("--workdir", default="runs/learning-demo")
+    args = p.parse_args()
+    logging.set_verbosity(logging.WARNING)
+    workdir = os.path.abspath(args.workdir)
+
+    gcfg = grpo_config.get_config("tiny")
+    gcfg.env.tasks, gcfg.env.max_tasks = args.tasks, args.max_tasks
+    gcfg.train.steps = args.steps
+    dirs = [Path(d) for d in sorted(glob.glob(args.tasks)) if os.path.isdir(d)]
+    if args.max_tasks:
+        dirs = dirs[:args.max_tasks]
+    if not dirs:
+        sys.exit(f"--tasks={args.tasks!r} matches no directories")
+
+    t0 = time.time()
+    init = args.init or grpo.warm_start_sft(gcfg, workdir)  # <workdir>/sft/checkpoints
+    gcfg.init.checkpoint = init
+    print(f"warm start: {init} ({time.time() - t0:.0f}s)", flush=True)
+
+    t0 = time.time()
+    before = _evaluate(gcfg, init, dirs, args)
+    print(f"evaluated the warm start on {len(dirs)} tasks ({time.time() - t0:.0f}s)", flush=True)
+
+    t0 = time.time()
+    result = grpo.train(gcfg, os.path.join(workdir, "grpo"))
+    rewards = result["rewards"]
+    print(f"GRPO: {args.steps} steps ({time.time() - t0:.0f}s); rollout reward mean "
+          + (f"{rewards[min(rewards)]:.3f} (step {min(rewards)}) -> {rewards[max(rewards)]:.3f} (step {max(rewards)})"
+             if rewards else "n/a (already trained)"), flush=True)
+
+    t0 = time.time()
+    after = _evaluate(gcfg, os.path.join(workdir, "grpo", "checkpoints"), dirs, args)
+    print(f"evaluated the GRPO params ({time.time() - t0:.0f}s)\n", flush=True)
+
+    header = f"{'protocol':<14}{'SFT warm start':>16}{f'GRPO {args.steps} steps':>18}{'tasks':>7}{'trials':>8}"
+    print(header)
+    print("-" * len(header))
+    for label in before:
+        b, a = before[label], after.get(label, {})
+        print(f"{label:<14}{b['score']:>16.3f}{a.get('score', float('nan')):>18.3f}{b['tasks']:>7}{b['trials']:>8}")
+    out = os.path.join(workdir, "learning_demo.json")
+    with open(out, "w") as fh:
+        json.dump({"tasks": [str(d) for d in dirs], "steps": args.steps, "samples": args.samples,
+                   "before": before, "after": after, "rollout_rewards": rewards}, fh, indent=1)
+    print(f"\nresults: {out}")
+
+
+if __name__ == "__main__":
+    main()

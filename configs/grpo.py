@@ -1,0 +1,148 @@
+"""ReTerm-GRPO: recovery attempts branched from the policy's own failure states, verified rewards.
+
+Laptop run (tiny model, CPU, Docker; warm-starts from <workdir>/sft, running the short SFT of
+configs/sft.py:tiny first when it is not there; then GRPO on the bundled tasks):
+    python -m reterm_jax.train --config=configs/grpo.py [--workdir=runs/grpo-tiny]
+No Docker (a synthetic environment with a known optimum, from scratch):
+    python -m reterm_jax.train --config=configs/grpo.py --config.env.kind=synthetic --config.init.from_scratch=True
+The real recipe (Qwen3.5-9B after recovery SFT, on an accelerator node):
+    python -m reterm_jax.train --config=configs/grpo.py:qwen3_5_9b \
+        --config.model.hf_path=/ckpt/Qwen3.5-9B --config.init.checkpoint=/runs/sft-9b/checkpoints \
+        --config.env.tasks='/data/tb2/*' --workdir=/runs/grpo-9b
+`--workdir` gets checkpoints/ (params, optimizer, step, RNG, policy version, failure-bank cursor,
+stream counters), failure_bank/, tb/ and hf/ (the final export). Rerunning the same command resumes.
+"""
+import ml_collections
+
+
+def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
+    if preset not in ("tiny", "qwen3_5_9b"):
+        raise ValueError(f"unknown preset {preset!r}: use configs/grpo.py:tiny or configs/grpo.py:qwen3_5_9b")
+    c = ml_collections.ConfigDict()
+    c.mode = "grpo"
+    c.seed = 0
+
+    # The model section of configs/sft.py (same tiny overrides), so the SFT warm start fits.
+    import os, sys  # noqa: E401 - configs are loaded by path, not as a package
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import sft
+    c.model = sft.get_config(preset).model
+
+    c.init = ml_collections.ConfigDict()
+    c.init.checkpoint = ""          # SFT run's <workdir>/checkpoints (orbax) or an HF dir; empty + tiny:
+    #                                 run configs/sft.py:tiny into <workdir>/sft first (reused if there)
+    c.init.from_scratch = False     # True: random init (tests, synthetic env); no SFT
+    c.init.sft_steps = 0            # steps of that automatic SFT; 0 = configs/sft.py's default
+
+    c.env = ml_collections.ConfigDict()
+    c.env.kind = "docker"           # docker: Harbor tasks in sandboxes | synthetic: no Docker, known optimum
+    c.env.tasks = "tasks/*"         # glob of task dirs (fresh attempts fill the failure bank from these)
+    c.env.max_tasks = 0             # use the first N tasks of the glob (0 = all)
+    c.env.threshold = 1.0           # verified reward >= threshold: resolved
+    c.env.synthetic_prompt = (3, 1, 4, 1, 5)  # synthetic: the prompt's token ids
+    c.env.synthetic_target = (7, 7, 2, 9)     # synthetic: reward = fraction of the first len(target)
+    #                                           sampled tokens equal to this sequence
+
+    c.rollout = ml_collections.ConfigDict()
+    c.rollout.group_size = 4        # G attempts branched from each failure state
+    c.rollout.temperature = 1.0     # sampling temperature (the trainer scores under the same one)
+    c.rollout.top_k = 0             # GRPO needs the full distribution: 0 / 1.0 (checked)
+    c.rollout.top_p = 1.0
+    # harness.Limits per attempt (the task's agent timeout also caps the wall clock). A recovery
+    # attempt's context holds the failed attempt, so max_tokens covers both (<= train.seq_len).
+    # Tiny: the demo data's failed attempts are ~1.1-1.4k tokens, its turns ~70 tokens (90%: ~200).
+    c.rollout.max_turns = 4
+    c.rollout.max_tokens = 3072
+    c.rollout.max_new_tokens_per_turn = 256
+    c.rollout.wall_clock_s = 300.0
+    c.rollout.command_timeout_s = 30.0
+    c.rollout.cache_length = 3584   # sampler cache slots per row (rows share one write index, so
+    #                                 lockstep padding needs some room above max_tokens)
+    c.rollout.collect_batch = 2     # fresh attempts per bank-filling round
+    c.rollout.explore = 0.0         # probability of a bank-filling round before a group anyway
+    c.rollout.workers = 1           # background rollout threads (0: sample inline, in the train loop)
+
+    c.bank = ml_collections.ConfigDict()
+    c.bank.max_entries = 64         # failure states kept (oldest pruned first)
+    c.bank.max_age_s = 7 * 24 * 3600.0
+    c.bank.max_bytes = 8 * 2**30    # snapshot images' layer bytes
+    c.bank.min_failures = 2         # collect fresh attempts while the bank holds fewer
+
+    c.stream = ml_collections.ConfigDict()
+    c.stream.groups_per_step = 1    # groups with signal per optimizer step (rows = groups x G)
+    c.stream.queue_size = 2         # bounded group queue between workers and trainer (backpressure)
+    c.stream.max_staleness = 1      # policy versions a group may lag the trainer by
+    c.stream.staleness_mode = "weight"  # drop | weight (stale_weight ** (lag - max_staleness))
+    c.stream.stale_weight = 0.5
+    c.stream.min_valid = 2          # valid members a group needs (fewer: dropped)
+    c.stream.dynamic_sampling = True  # filter groups whose outcomes are all equal, backfill
+    c.stream.signal = "reward"      # what "all equal" compares: resolved | reward
+    c.stream.max_pulls_per_step = 2  # give up backfilling after this many groups (pad rows, the step
+    #                                  goes on; 0 = wait for signal forever)
+    c.stream.overlong = "mask"      # none | mask | penalty (DAPO soft punishment, in tokens)
+    c.stream.overlong_max_tokens = 0  # sampled tokens per attempt counted as overlong (0: truncated only)
+    c.stream.overlong_buffer = 0
+    c.stream.overlong_penalty = 1.0
+
+    c.loss = ml_collections.ConfigDict()
+    c.loss.advantage_mode = "grpo"  # grpo: (r - mean) / std | dr_grpo: r - mean
+    c.loss.clip_low = 0.2           # ratio clip 1 - 0.2 ...
+    c.loss.clip_high = 0.28         # ... 1 + 0.28 (clip-higher, DAPO)
+    c.loss.log_ratio_clamp = 20.0   # |logp - old_logp| clamped before exp
+    c.loss.kl_coef = 0.0            # k3 KL to the frozen warm start; 0 skips the reference forward
+
+    c.optim = ml_collections.ConfigDict()
+    c.optim.lr = 1e-4
+    c.optim.warmup_steps = 0
+    c.optim.decay_steps = ml_collections.FieldReference(None, field_type=int)  # None: train.steps
+    c.optim.end_lr_ratio = 1.0      # constant after warmup
+    c.optim.b1, c.optim.b2, c.optim.eps = 0.9, 0.999, 1e-8
+    c.optim.weight_decay = 0.0
+    c.optim.grad_clip = 1.0
+    c.optim.mu_dtype = ""
+
+    c.train = ml_collections.ConfigDict()
+    c.train.steps = 5               # tiny: ~1-2 min a step on 2 CPU cores (up to 2 groups of 4 in sandboxes)
+    c.train.micro_batches = 1       # gradient accumulation over slices of the groups x G rows
+    c.train.seq_len = 3072          # row length: one trajectory per row (>= rollout.max_tokens)
+    c.train.log_every = 1
+    c.train.export_hf = True        # write <workdir>/hf at the end
+
+    c.checkpoint = ml_collections.ConfigDict(dict(every=5, keep=2, async_save=True))
+    c.mesh = ml_collections.ConfigDict(dict(data=1, fsdp=-1, tensor=1))
+
+    if preset == "qwen3_5_9b":
+        c.model.dtype = "bfloat16"  # bf16 compute, fp32 master weights and Adam moments
+        c.model.remat = "full"
+        c.env.tasks = ""            # required: --config.env.tasks='/data/tasks/*'
+        c.rollout.group_size = 8    # G = 8 recovery attempts per failure state
+        c.rollout.temperature = 1.0
+        # the paper's 256k-token task budget per attempt (failed history + recovery)
+        c.rollout.max_turns = 100
+        c.rollout.max_tokens = 256_000
+        c.rollout.max_new_tokens_per_turn = 16_384
+        c.rollout.wall_clock_s = 3600.0
+        c.rollout.command_timeout_s = 120.0
+        c.rollout.cache_length = 262_144
+        c.rollout.collect_batch = 8
+        c.rollout.explore = 0.1
+        c.rollout.workers = 4
+        c.bank.max_entries = 1024
+        c.bank.max_bytes = 200 * 2**30
+        c.bank.min_failures = 32
+        c.stream.groups_per_step = 16   # 16 groups x 8 = 128 trajectories per step
+        c.stream.queue_size = 8
+        c.stream.signal = "resolved"
+        c.stream.max_pulls_per_step = 0
+        c.stream.overlong = "penalty"
+        c.stream.overlong_max_tokens = 16_384
+        c.stream.overlong_buffer = 4096
+        c.loss.kl_coef = 0.0        # no KL (DAPO): clip-higher keeps the policy near the sampler
+        c.optim.lr = 1e-6
+        c.optim.warmup_steps = 10
+        c.optim.weight_decay = 0.1
+        c.train.steps = 500
+        c.train.micro_batches = 128  # one 256k-token trajectory per micro-batch
+        c.train.seq_len = 262_144    # >= the 256k budget (a multiple of 1024)
+        c.checkpoint.every = 20
+    return c

@@ -1,0 +1,350 @@
+"""ReTerm-GRPO, top to bottom: mesh, warm start, train state (fresh or resumed), the rollout side
+(PolicyStore -> workers -> GroupStream), the jitted step, the loop, the HF export.
+
+    python -m reterm_jax.train --config=configs/grpo.py[:preset] [--workdir=DIR]
+
+Every step: a batch of groups comes off the stream (sampled by background workers from the
+failure bank, verified in sandboxes; stale / signal-less groups dropped there), the step
+trains on it, and the new params are published to the PolicyStore as version = step, where
+the workers pick them up for their next group (in process, never through disk).
+
+Resume: `train` continues from the latest checkpoint in <workdir>/checkpoints: params,
+optimizer, step, RNG, the policy version, the failure bank's cursor and the stream's counters.
+Groups that were queued or in flight when the job stopped are not in the checkpoint (they
+were sampled by params that no longer matter); the workers sample fresh ones. The bank's cursor
+is taken at save time, so it includes entries handed to groups that were in flight then.
+"""
+from __future__ import annotations
+
+import glob
+import importlib.util
+import json
+import os
+import shutil
+
+import jax
+from absl import logging
+from flax import nnx
+
+from reterm_jax.data import load_tokenizer, special_ids
+from reterm_jax.data.tokenizer import TINY_TOKENIZER_DIR
+from reterm_jax.model.hf_io import save_pretrained
+from reterm_jax.parallel.mesh import make_mesh
+from reterm_jax.rl.harness import Limits
+from reterm_jax.rl.policy_store import PolicyStore, device_copy
+from reterm_jax.rl.sampler import Sampler
+from reterm_jax.rl.sampling import SamplingParams
+from reterm_jax.rl.stream import GroupStream, StreamConfig
+from reterm_jax.rl.workers import RolloutWorkers
+from reterm_jax.train.checkpointing import Checkpointer
+from reterm_jax.train.grpo_step import check_sampling, make_grpo_step, put_batch
+from reterm_jax.train.metrics import MetricsLogger
+from reterm_jax.train.optimizer import make_optimizer
+from reterm_jax.train.state import (abstract_params, abstract_train_state, create_train_state, init_params,
+                                    parse_dtype, train_state_shardings)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# the stream stats that go to the console line next to the train metrics
+_SHOWN = ("reward_mean", "pass_rate", "groups_filtered_frac", "staleness_mean", "rollout_groups_per_s",
+          "sandbox_errors")
+
+
+SECTIONS = ("model", "init", "env", "rollout", "bank", "stream", "loss", "optim", "train", "checkpoint", "mesh")
+
+
+def check_sections(config) -> None:
+    missing = [k for k in SECTIONS if k not in config]
+    if missing:
+        raise ValueError(f"config.mode='grpo' but the config has no {missing} section(s): use configs/grpo.py")
+
+
+def check_config(config, n_data_parallel: int) -> None:
+    """User errors in the config, reported before anything expensive happens."""
+    t, r, s = config.train, config.rollout, config.stream
+    if config.env.kind not in ("docker", "synthetic"):
+        raise ValueError(f"env.kind={config.env.kind!r}: use 'docker' (Harbor tasks) or 'synthetic'")
+    if t.steps < 1:
+        raise ValueError(f"train.steps={t.steps} must be >= 1")
+    check_sampling(r.temperature, r.top_k, r.top_p)
+    rows = s.groups_per_step * r.group_size
+    if t.micro_batches < 1 or rows % t.micro_batches:
+        raise ValueError(f"stream.groups_per_step x rollout.group_size = {rows} rows must be a multiple of "
+                         f"train.micro_batches={t.micro_batches}")
+    if (rows // t.micro_batches) % n_data_parallel:
+        raise ValueError(f"each micro-batch ({rows // t.micro_batches} rows) must split evenly over the "
+                         f"{n_data_parallel} data-parallel devices; change stream.groups_per_step, "
+                         "rollout.group_size, train.micro_batches or the mesh")
+    if jax.process_count() > 1:
+        raise ValueError("GRPO runs its rollout workers in one process: multi-host training is not supported yet")
+    if config.env.kind == "docker":
+        if not config.env.tasks:
+            raise ValueError("env.tasks is empty: pass --config.env.tasks='DIR/*' (Harbor task dirs)")
+        if r.max_tokens > t.seq_len:
+            raise ValueError(f"rollout.max_tokens={r.max_tokens} > train.seq_len={t.seq_len}: a trajectory "
+                             "(failed attempt + recovery) must fit one training row")
+    else:
+        n = len(config.env.synthetic_prompt) + len(config.env.synthetic_target)
+        if n > t.seq_len:
+            raise ValueError(f"synthetic prompt + target = {n} tokens > train.seq_len={t.seq_len}")
+    if config.loss.kl_coef < 0:
+        raise ValueError(f"loss.kl_coef={config.loss.kl_coef} must be >= 0")
+
+
+# ---- warm start -------------------------------------------------------------------------------------
+def _load_config_file(name: str):
+    path = os.path.join(ROOT, "configs", f"{name}.py")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} not found: the automatic SFT warm start needs the repository's configs/; "
+                                "pass --config.init.checkpoint=<SFT run>/checkpoints instead")
+    spec = importlib.util.spec_from_file_location(f"reterm_configs_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def warm_start_sft(config, workdir: str) -> str:
+    """The short SFT of configs/sft.py:tiny (same model section) in <workdir>/sft; reused when it
+    already finished there, resumed when it stopped half-way. Returns its checkpoints dir."""
+    from reterm_jax.train import sft
+    sft_config = _load_config_file("sft").get_config("tiny")
+    sft_config.model = config.model.copy_and_resolve_references()
+    sft_config.seed = config.seed
+    sft_config.mesh = config.mesh.copy_and_resolve_references()
+    if config.init.sft_steps:
+        sft_config.train.steps = config.init.sft_steps
+    sft_dir = os.path.join(workdir, "sft")
+    ckpt_dir = os.path.join(sft_dir, "checkpoints")
+    done = os.path.isdir(ckpt_dir) and str(sft_config.train.steps) in os.listdir(ckpt_dir)
+    if done:
+        logging.info("warm start: reusing the SFT run in %s", sft_dir)
+    else:
+        logging.info("warm start: no init.checkpoint; running the short SFT (%d steps) into %s",
+                     sft_config.train.steps, sft_dir)
+        sft.train(sft_config, sft_dir)
+    return ckpt_dir
+
+
+def _is_hf_dir(path: str) -> bool:
+    return os.path.exists(os.path.join(path, "config.json")) and bool(glob.glob(os.path.join(path, "*.safetensors")))
+
+
+def load_warm_start(path: str, config, mesh, abs_params, param_shardings):
+    """Params from an HF dir or an orbax checkpoint (a training run's checkpoints dir, one step
+    dir, or a `convert --to=orbax` dir), placed on their shardings."""
+    if _is_hf_dir(path):
+        from reterm_jax.model.hf_io import load_pretrained
+        model = load_pretrained(path, parse_dtype(config.model.dtype, "model.dtype"), mesh,
+                                param_dtype=parse_dtype(config.model.param_dtype, "model.param_dtype"))
+        params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+    else:
+        import orbax.checkpoint as ocp
+        from reterm_jax.convert import find_params_dir
+        params_dir = find_params_dir(path)
+        target = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abs_params,
+                              param_shardings)
+        with ocp.StandardCheckpointer() as ckptr:
+            try:
+                params = ckptr.restore(params_dir, target)
+            except (ValueError, KeyError) as e:
+                raise ValueError(f"init.checkpoint={path}: its params do not fit the configured model "
+                                 f"(config.model must match the SFT run's): {e}") from e
+    got = jax.tree.map(lambda x: tuple(x.shape), params)
+    want = jax.tree.map(lambda x: tuple(x.shape), abs_params)
+    if got != want:
+        raise ValueError(f"init.checkpoint={path}: parameter shapes differ from the configured model")
+    logging.info("warm start from %s", path)
+    return params
+
+
+def initial_params(config, workdir, model_config, mesh, abs_params, param_shardings):
+    """Warm start (init.checkpoint, else the automatic tiny SFT), model.hf_path, or random init."""
+    if config.init.from_scratch:
+        model_cfg = config.model.copy_and_resolve_references()
+        model_cfg.hf_path = ""  # random init even with an HF config (model_config is already built)
+        return init_params(model_cfg, model_config, mesh, param_shardings, seed=config.seed)
+    path = config.init.checkpoint
+    if not path and not config.model.hf_path:
+        if config.model.preset != "tiny":
+            raise ValueError("set --config.init.checkpoint=<SFT run>/checkpoints (or an HF dir) to warm-start from")
+        path = warm_start_sft(config, workdir)
+    if path:
+        return load_warm_start(path, config, mesh, abs_params, param_shardings)
+    logging.warning("no init.checkpoint: starting GRPO from model.hf_path=%s (not recovery-SFT'd)",
+                    config.model.hf_path)
+    return init_params(config.model, model_config, mesh, param_shardings, seed=config.seed)
+
+
+# ---- the rollout side ---------------------------------------------------------------------------------
+def make_producers(config, workdir, sampler, tokenizer, n: int):
+    """(producers, failure bank or None): n producers (one per worker thread) of one kind."""
+    from reterm_jax.rl.workers import SyntheticProducer, match_fraction
+    r, env = config.rollout, config.env
+    sampling = SamplingParams(temperature=r.temperature, top_k=r.top_k, top_p=r.top_p)
+    if env.kind == "synthetic":
+        target = [int(t) for t in env.synthetic_target]
+        return [SyntheticProducer(sampler, [int(t) for t in env.synthetic_prompt], group_size=r.group_size,
+                                  max_new_tokens=len(target), reward_fn=match_fraction(target), sampling=sampling,
+                                  threshold=env.threshold) for _ in range(n)], None
+    from reterm_jax.rl.failure_bank import FailureBank
+    from reterm_jax.rl.workers import RecoveryConfig, RecoveryProducer
+    from reterm_jax.sandbox import load_task
+    dirs = sorted(d for d in glob.glob(env.tasks) if os.path.isdir(d) and not os.path.basename(d).startswith("."))
+    if env.max_tasks:
+        dirs = dirs[:env.max_tasks]
+    if not dirs:
+        raise ValueError(f"env.tasks={env.tasks!r} matches no task directories")
+    tasks = [load_task(d, require_solution=False) for d in dirs]
+    bank = FailureBank(os.path.join(workdir, "failure_bank"), max_entries=config.bank.max_entries,
+                       max_age_s=config.bank.max_age_s, max_bytes=int(config.bank.max_bytes), seed=config.seed)
+    limits = Limits(max_turns=r.max_turns, max_tokens=r.max_tokens, max_new_tokens_per_turn=r.max_new_tokens_per_turn,
+                    wall_clock_s=r.wall_clock_s, command_timeout_s=r.command_timeout_s)
+    producers = []
+    for i in range(n):
+        cfg = RecoveryConfig(group_size=r.group_size, limits=limits, sampling=sampling, threshold=env.threshold,
+                             min_failures=config.bank.min_failures, explore=r.explore,
+                             collect_batch=r.collect_batch, seed=config.seed + i)
+        producers.append(RecoveryProducer(bank, tasks[i:] + tasks[:i], sampler, tokenizer, cfg))
+    logging.info("%d tasks from %s; failure bank %s holds %d entries", len(tasks), env.tasks, bank.directory, len(bank))
+    return producers, bank
+
+
+def stream_config(config, pad_id: int) -> StreamConfig:
+    s = config.stream
+    return StreamConfig(groups_per_step=s.groups_per_step, group_size=config.rollout.group_size,
+                        seq_len=config.train.seq_len, pad_id=pad_id, max_staleness=s.max_staleness,
+                        staleness_mode=s.staleness_mode, stale_weight=s.stale_weight, min_valid=s.min_valid,
+                        dynamic_sampling=s.dynamic_sampling, signal=s.signal,
+                        advantage_mode=config.loss.advantage_mode, overlong=s.overlong,
+                        overlong_max_tokens=s.overlong_max_tokens, overlong_buffer=s.overlong_buffer,
+                        overlong_penalty=s.overlong_penalty, max_pulls_per_step=s.max_pulls_per_step)
+
+
+# ---- the run ------------------------------------------------------------------------------------------
+def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
+    """Runs (or resumes) GRPO. stop_at_step: return after that step, as if preempted there.
+    Returns {"rewards": {step: reward mean}, "losses": {step: loss}, "last_step", "hf_dir", "workdir",
+    "resumed": {"step", "policy_version", "bank"} or None}."""
+    # ---- 1. mesh, tokenizer --------------------------------------------------------------------------
+    check_sections(config)
+    mesh = make_mesh(**config.mesh)
+    check_config(config, mesh.shape["data"] * mesh.shape["fsdp"])
+    workdir = os.path.abspath(workdir)
+    os.makedirs(workdir, exist_ok=True)
+    tokenizer_dir = config.model.hf_path or TINY_TOKENIZER_DIR
+    tokenizer = load_tokenizer(tokenizer_dir)
+    ids = special_ids(tokenizer)
+
+    # ---- 2. model, optimizer, train state (fresh from the warm start, or resumed) -------------------------
+    model_config, graphdef, abs_params, param_shardings = abstract_params(config.model, mesh)
+    vocab = model_config.vocab_size
+    if config.env.kind == "docker" and len(tokenizer) > vocab:
+        raise ValueError(f"tokenizer {tokenizer_dir} has {len(tokenizer)} tokens but the model's vocab_size is {vocab}")
+    if config.env.kind == "synthetic" and max(*config.env.synthetic_prompt, *config.env.synthetic_target) >= vocab:
+        raise ValueError(f"env.synthetic_prompt/target hold token ids >= the model's vocab_size={vocab}")
+    optim = config.optim.copy_and_resolve_references()
+    if not optim.decay_steps:
+        optim.decay_steps = max(config.train.steps, optim.warmup_steps + 1)
+    tx, schedule = make_optimizer(optim)
+    shardings = train_state_shardings(tx, abs_params, param_shardings, mesh)
+    ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=config.checkpoint.keep,
+                        save_every=config.checkpoint.every, async_save=config.checkpoint.async_save)
+    start = ckpt.latest_step()
+    resumed, warm = None, None
+    if start is not None:
+        state, stream_state, extra = ckpt.restore(start, abstract_train_state(abs_params, tx, shardings),
+                                                  with_extra=True)
+        resumed = {"step": start, "policy_version": extra.get("policy_version", start), "bank": extra.get("bank"),
+                   "stream": stream_state}
+        logging.info("resumed from %s at step %d (policy version %d)", ckpt.directory, start,
+                     resumed["policy_version"])
+    else:
+        start = 0
+        warm = initial_params(config, workdir, model_config, mesh, abs_params, param_shardings)
+        state = create_train_state(device_copy(warm), tx, shardings, seed=config.seed)
+        _write_run_files(config, model_config, workdir, ckpt.directory)
+    ref_params = None
+    if config.loss.kl_coef > 0:  # the frozen reference: the warm start (reloaded on resume)
+        ref_params = warm if warm is not None else initial_params(config, workdir, model_config, mesh, abs_params,
+                                                                  param_shardings)
+    del warm
+
+    # ---- 3. the rollout side: policy store, sampler, producers, workers, stream ---------------------------
+    version = resumed["policy_version"] if resumed else start
+    store = PolicyStore(version, state.params)
+    sampler = Sampler(nnx.merge(graphdef, store.latest()[1]), stop_ids=[i for i in ids.stop if i < vocab],
+                      pad_id=ids.pad if ids.pad < vocab else 0, max_length=config.rollout.cache_length)
+    n_workers = config.rollout.workers
+    producers, bank = make_producers(config, workdir, sampler, tokenizer, max(1, n_workers))
+    workers = RolloutWorkers(producers, store, queue_size=config.stream.queue_size, seed=config.seed + start) \
+        if n_workers > 0 else None
+    stream = GroupStream(workers if workers is not None else producers[0],
+                         stream_config(config, sampler.pad_id), store=store, seed=config.seed + start)
+    stream.set_version(version)
+
+    # ---- 4. the jitted step -------------------------------------------------------------------------------
+    train_step = make_grpo_step(graphdef, tx, schedule, micro_batches=config.train.micro_batches, mesh=mesh,
+                                shardings=shardings, sampling_temperature=config.rollout.temperature,
+                                loss_cfg=config.loss)
+
+    # ---- 5. the loop ----------------------------------------------------------------------------------------
+    last = min(config.train.steps, stop_at_step or config.train.steps)
+    logger = MetricsLogger(os.path.join(workdir, "tb"), total_steps=config.train.steps, initial_step=start)
+    losses, rewards = {}, {}
+    try:
+        if bank is not None and resumed and resumed["bank"]:
+            bank.set_state(resumed["bank"])  # before the workers start drawing entries
+        data_iter = iter(stream)  # starts the workers
+        if resumed:
+            data_iter.set_state(resumed["stream"])
+        for step in range(start + 1, last + 1):
+            raw = next(data_iter)
+            stats = raw.pop("stats")
+            state, metrics = train_step(state, put_batch(raw, mesh), ref_params)
+            store.publish(step, state.params)  # version = optimizer steps applied
+            stream.set_version(step)
+            extra = {"policy_version": step, "bank": bank.state() if bank is not None else None}
+            ckpt.save(step, state, data_iter.get_state(), force=step == last, extra=extra)
+            scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
+            scalars.update({k: float(v) for k, v in stats.items()})
+            if workers is not None:
+                scalars["worker_errors"] = float(workers.snapshot_counters()["errors"])
+            losses[step], rewards[step] = scalars["loss"], scalars["reward_mean"]
+            logger.write(step, scalars)
+            if step % config.train.log_every == 0 or step in (start + 1, last):
+                logger.progress(step, scalars)
+                logging.info("step %d: %s", step, "  ".join(f"{k} {scalars[k]:.4g}" for k in
+                                                             ("loss", "reward_mean", "pass_rate", "clip_frac", "kl",
+                                                              "entropy", "logprob_diff", *_SHOWN[2:])))
+    finally:
+        stream.stop()
+        if bank is not None:
+            bank.close()
+        logger.close()
+        ckpt.close()
+
+    # ---- 6. export ---------------------------------------------------------------------------------------------
+    hf_dir = None
+    if config.train.export_hf and last == config.train.steps:
+        hf_dir = os.path.join(workdir, "hf")
+        save_pretrained(nnx.merge(graphdef, state.params), hf_dir, source=config.model.hf_path or None)
+        if not config.model.hf_path and jax.process_index() == 0:  # make the dir self-contained
+            for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+                if os.path.exists(os.path.join(tokenizer_dir, name)):
+                    shutil.copyfile(os.path.join(tokenizer_dir, name), os.path.join(hf_dir, name))
+        logging.info("exported HF checkpoint to %s", hf_dir)
+    return {"rewards": rewards, "losses": losses, "last_step": last, "hf_dir": hf_dir, "workdir": workdir,
+            "resumed": resumed}
+
+
+def _write_run_files(config, model_config, workdir: str, ckpt_dir: str) -> None:
+    """The run's config and the model's HF config next to the checkpoints (for convert / eval)."""
+    if jax.process_index():
+        return
+    with open(os.path.join(workdir, "config.json"), "w") as fh:
+        fh.write(config.to_json_best_effort(indent=2))
+    if config.model.hf_path:
+        shutil.copyfile(os.path.join(config.model.hf_path, "config.json"), os.path.join(ckpt_dir, "config.json"))
+    else:
+        hf = dict(model_config.to_hf_text_dict(), architectures=["Qwen3_5ForCausalLM"])
+        with open(os.path.join(ckpt_dir, "config.json"), "w") as fh:
+            json.dump(hf, fh, indent=2)

@@ -1,0 +1,178 @@
+"""The jitted GRPO train step: the PPO-clipped objective on sampled tokens, micro-batched.
+
+    step = make_grpo_step(graphdef, tx, schedule, micro_batches=2, mesh=mesh, shardings=shardings,
+                          sampling_temperature=1.0, loss_cfg=config.loss)
+    state, metrics = step(state, batch, ref_params)     # ref_params: None unless loss.kl_coef > 0
+
+`batch` is `rl.groups.groups_to_batch` output on the mesh: one trajectory per row, [B, T] arrays
+(`weights` may be [B] or row-constant [B, T]). The trainer's log-probs are taken under the
+SAMPLER's distribution (`rl.sampling.token_logprobs` with the rollout temperature), so the
+importance ratio exp(logp - old_logp) is 1 up to numerics when the params did not change since
+sampling: the mean |logp - old_logp| metric (`logprob_diff`) measures exactly that mismatch.
+GRPO samples from the full softmax (top_k=0, top_p=1): a truncated support would put -inf
+log-probs on tokens the trainer has to score (`check_sampling` says so up front).
+
+Accumulation is the SFT step's (train/step.py): lax.scan over `micro_batches` slices sums the
+per-token objective *sums*, token *counts*, metric sums and the gradients of the sums; one
+division by the total count after the scan, so k micro-batches equal one big batch. The KL
+reference forward runs under stop_gradient and is skipped entirely when kl_coef == 0.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from reterm_jax.rl.grpo_loss import ppo_loss_sums, token_entropy_sum
+from reterm_jax.rl.sampling import SamplingParams, token_logprobs
+from reterm_jax.train.state import TrainState, batch_sharding, replicated
+
+BATCH_KEYS = ("tokens", "positions", "segment_ids", "targets", "loss_mask", "old_logprobs", "advantages", "weights")
+# metric sums ppo_loss_sums returns (over masked tokens), divided by the token count after the scan
+STAT_KEYS = ("clipped", "clipped_low", "clipped_high", "kl", "ratio", "log_ratio_abs")
+
+
+def check_sampling(temperature: float, top_k: int = 0, top_p: float = 1.0) -> None:
+    """GRPO's ratio needs the sampler's full distribution: reject settings that truncate it."""
+    if not temperature > 0:
+        raise ValueError(f"rollout.temperature={temperature}: GRPO samples, so it needs a temperature > 0 "
+                         "(0 is greedy decoding, whose log-probs are 0/-inf)")
+    if top_k != 0 or top_p != 1.0:
+        raise ValueError(f"rollout.top_k={top_k}, rollout.top_p={top_p}: GRPO needs top_k=0 and top_p=1.0 "
+                         "(the trainer scores tokens under the full softmax at the sampling temperature; a "
+                         "truncated support gives -inf log-probs and a biased ratio)")
+
+
+def _forward(graphdef, params, mb) -> jax.Array:
+    model = nnx.merge(graphdef, params)
+    return model(mb["tokens"], positions=mb["positions"], segment_ids=mb["segment_ids"])
+
+
+def grpo_loss_sums(graphdef, params, mb: dict, ref_params, *, sampling: SamplingParams, loss_cfg):
+    """(objective sum, (token count, metric sums)) of one (micro-)batch."""
+    logits = _forward(graphdef, params, mb)
+    logp = token_logprobs(logits, mb["targets"], sampling)
+    ref_logp = None
+    if ref_params is not None:
+        ref_logits = jax.lax.stop_gradient(_forward(graphdef, ref_params, mb))
+        ref_logp = token_logprobs(ref_logits, mb["targets"], sampling)
+    mask = mb["loss_mask"].astype(jnp.float32)
+    loss_sum, count, stats = ppo_loss_sums(
+        logp, mb["old_logprobs"], mb["advantages"], mask, clip_low=loss_cfg.clip_low, clip_high=loss_cfg.clip_high,
+        log_ratio_clamp=loss_cfg.log_ratio_clamp, ref_logp=ref_logp, kl_coef=loss_cfg.kl_coef,
+        weights=mb["weights"])
+    sums = {k: jnp.asarray(stats[k], jnp.float32) for k in STAT_KEYS}
+    sums["entropy"] = jax.lax.stop_gradient(token_entropy_sum(logits, mask, sampling.temperature))
+    return loss_sum, (count, sums)
+
+
+def row_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
+    """[B, ...] arrays of any rank >= 1: rows over the data-parallel axes (the "batch" rule)."""
+    spec = tuple(batch_sharding(mesh, max(ndim, 2)).spec) + (None,) * max(ndim, 2)
+    return NamedSharding(mesh, PartitionSpec(*spec[:ndim]))
+
+
+def _micro_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
+    """[k, B/k, ...]: the micro-batch axis unsharded, rows as in the "batch" rule."""
+    return NamedSharding(mesh, PartitionSpec(None, *row_sharding(mesh, ndim).spec))
+
+
+def split_micro_batches(batch: dict, k: int, mesh: Mesh) -> dict:
+    """[B, ...] -> [k, B/k, ...]; slice j takes rows j, j+k, ... (each device keeps its rows)."""
+    def split(x):
+        x = x.reshape(x.shape[0] // k, k, *x.shape[1:]).swapaxes(0, 1)
+        return jax.lax.with_sharding_constraint(x, _micro_sharding(mesh, x.ndim - 1))
+    return {key: split(batch[key]) for key in BATCH_KEYS}
+
+
+def accumulate_grpo_gradients(graphdef, params, batch: dict, ref_params, *, micro_batches: int, mesh: Mesh,
+                              sampling: SamplingParams, loss_cfg):
+    """(grads of the token-mean objective, objective sum, token count, metric sums)."""
+    def sum_with_aux(p, mb):  # differentiate the objective *sum*; aux = (that sum, count, metric sums)
+        s, (c, sums) = grpo_loss_sums(graphdef, p, mb, ref_params, sampling=sampling, loss_cfg=loss_cfg)
+        return s, (s, c, sums)
+
+    def body(carry, mb):
+        grads, loss_sum, count, sums = carry
+        g, (s, c, mb_sums) = jax.grad(sum_with_aux, has_aux=True)(params, mb)
+        grads = jax.tree.map(lambda a, b: a + b.astype(jnp.float32), grads, g)
+        sums = {k: sums[k] + mb_sums[k] for k in sums}
+        return (grads, loss_sum + s, count + c, sums), None
+
+    micro = split_micro_batches(batch, micro_batches, mesh)
+    zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+    scalar = jnp.zeros((), jnp.float32)
+    init_sums = {k: scalar for k in (*STAT_KEYS, "entropy")}
+    (grads, loss_sum, count, sums), _ = jax.lax.scan(body, (zeros, scalar, scalar, init_sums), micro)
+    scale = 1.0 / jnp.maximum(count, 1.0)  # the one division: exact token mean
+    return jax.tree.map(lambda g: g * scale, grads), loss_sum, count, sums
+
+
+def grpo_metrics(loss_sum, count, sums: dict) -> dict:
+    """Token means of the objective and its diagnostics (0 for an all-masked batch)."""
+    denom = jnp.maximum(count, 1.0)
+    return {
+        "loss": loss_sum / denom,
+        "target_tokens": count,
+        "clip_frac": sums["clipped"] / denom,
+        "clip_frac_low": sums["clipped_low"] / denom,
+        "clip_frac_high": sums["clipped_high"] / denom,
+        "kl": sums["kl"] / denom,
+        "entropy": sums["entropy"] / denom,
+        "logprob_diff": sums["log_ratio_abs"] / denom,  # sampler-vs-trainer mismatch
+        "ratio_mean": sums["ratio"] / denom,
+    }
+
+
+def make_grpo_step(graphdef, tx: optax.GradientTransformation, schedule: optax.Schedule, *, micro_batches: int,
+                   mesh: Mesh, shardings: TrainState, sampling_temperature: float, loss_cfg) -> Callable:
+    """step(state, batch, ref_params | None) -> (state, metrics); jitted with explicit shardings,
+    the input state donated. loss_cfg: clip_low, clip_high, log_ratio_clamp, kl_coef."""
+    check_sampling(sampling_temperature)
+    sampling = SamplingParams(temperature=float(sampling_temperature))
+    use_ref = float(loss_cfg.kl_coef) > 0
+
+    def step(state: TrainState, batch: dict, ref_params):
+        grads, loss_sum, count, sums = accumulate_grpo_gradients(
+            graphdef, state.params, batch, ref_params, micro_batches=micro_batches, mesh=mesh,
+            sampling=sampling, loss_cfg=loss_cfg)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        rng, _ = jax.random.split(state.rng)  # advances every step, so a resume continues the sequence
+        metrics = grpo_metrics(loss_sum, count, sums)
+        metrics.update({
+            "tokens": jnp.sum(batch["segment_ids"] != 0).astype(jnp.float32),
+            "grad_norm": optax.tree.norm(grads),
+            "param_norm": optax.tree.norm(state.params),
+            "lr": schedule(state.step),
+        })
+        return TrainState(step=state.step + 1, params=params, opt_state=opt_state, rng=rng), metrics
+
+    compiled: dict = {}
+
+    def run(state: TrainState, batch: dict, ref_params=None):
+        if use_ref and ref_params is None:
+            raise ValueError(f"loss.kl_coef={loss_cfg.kl_coef} > 0 needs the frozen reference params")
+        key = tuple(batch[k].ndim for k in BATCH_KEYS)
+        if key not in compiled:
+            b_sh = {k: row_sharding(mesh, batch[k].ndim) for k in BATCH_KEYS}
+            if use_ref:
+                compiled[key] = jax.jit(step, in_shardings=(shardings, b_sh, shardings.params),
+                                        out_shardings=(shardings, replicated(mesh)), donate_argnums=(0,))
+            else:  # no reference forward at all
+                compiled[key] = jax.jit(lambda s, b: step(s, b, None), in_shardings=(shardings, b_sh),
+                                        out_shardings=(shardings, replicated(mesh)), donate_argnums=(0,))
+        batch = {k: batch[k] for k in BATCH_KEYS}
+        return compiled[key](state, batch, ref_params) if use_ref else compiled[key](state, batch)
+
+    return run
+
+
+def put_batch(batch: dict, mesh: Mesh) -> dict:
+    """This process's numpy rows -> global arrays sharded over the data-parallel axes."""
+    return {key: jax.make_array_from_process_local_data(row_sharding(mesh, batch[key].ndim), batch[key])
+            for key in BATCH_KEYS}
