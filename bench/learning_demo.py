@@ -1,7 +1,7 @@
 """Does GRPO help? Verified pass rate on the bundled tasks: the SFT warm start vs after N GRPO steps.
 
     python bench/learning_demo.py [--steps 20] [--tasks 'tasks/*'] [--max_tasks 0] [--samples 2]
-                                  [--protocols pass@1,recovery@k] [--workdir runs/learning-demo]
+                                  [--protocols pass@1,fault-recovery] [--workdir runs/learning-demo]
 
 1. the warm start: <workdir>/sft (configs/sft.py:tiny, run if missing) or --init=<ckpt dir>;
 2. evaluate it (rl.evaluation protocols, a ModelPolicy at the GRPO sampling settings and limits);
@@ -28,7 +28,13 @@ from absl import logging  # noqa: E402
 
 import grpo as grpo_config  # noqa: E402  (configs/grpo.py)
 from reterm_jax.rl import evaluation  # noqa: E402
+from reterm_jax.rl.policies import fault_then  # noqa: E402
 from reterm_jax.train import grpo  # noqa: E402
+
+
+# Recovery from each task's scripted fault (what the tiny preset's failure bank holds): attempt 1
+# runs the fault commands, attempt 2 is the model's, continuing the failed history (recovery@2).
+FAULT_RECOVERY = "fault-recovery"
 
 
 def _policy(gcfg, checkpoint: str):
@@ -60,14 +66,28 @@ def _evaluate(gcfg, checkpoint: str, dirs: list[Path], args) -> dict:
 
     def run(job):
         d, protocol, sample = job
+        if protocol == FAULT_RECOVERY:  # attempt 1 = the scripted fault, attempt 2 = the model
+            return evaluation.recovery_at_k(fault_then(policy), load_task(d), k=2, sample=sample,
+                                            sandbox_factory=DockerSandbox.from_task, verify_fn=verify)
         return evaluation.run_trial(policy, d, protocol, k=args.k, sample=sample,
                                     sandbox_factory=DockerSandbox.from_task, verify_fn=verify, load_task_fn=load_task)
 
+    if FAULT_RECOVERY in protocols:  # only tasks that have a scripted fault
+        jobs = [j for j in jobs if j[1] != FAULT_RECOVERY or load_task(j[0]).fault_commands]
     with SandboxPool(max_concurrency=args.jobs) as pool:
         outcomes = [f.result() for f in [pool.submit(run, job) for job in jobs]]
     trials = [o.value if o.ok else evaluation.Trial(d.name, p, s, error=o.error)
               for (d, p, s), o in zip(jobs, outcomes)]
-    return evaluation.summarize(trials, args.k)
+    out = evaluation.summarize([t for t in trials if t.protocol in evaluation.PROTOCOLS], args.k)
+    fault = [t for (_, p, _), t in zip(jobs, trials) if p == FAULT_RECOVERY]
+    if fault:  # the model's attempt (the 2nd) resolved the task, per task averaged over samples
+        per_task: dict[str, list[bool]] = {}
+        for t in fault:
+            per_task.setdefault(t.task, []).append(len(t.attempts) > 1 and t.attempts[1].resolved)
+        rates = {k: sum(v) / len(v) for k, v in sorted(per_task.items())}
+        out[FAULT_RECOVERY] = {"score": sum(rates.values()) / len(rates), "per_task": rates, "tasks": len(rates),
+                               "trials": len(fault), "errored_trials": sum(t.error is not None for t in fault)}
+    return out
 
 
 def main() -> None:
@@ -76,7 +96,8 @@ def main() -> None:
     p.add_argument("--tasks", default="tasks/*", help="glob of task dirs (training and evaluation)")
     p.add_argument("--max_tasks", type=int, default=0, help="use the first N tasks (0 = all)")
     p.add_argument("--samples", type=int, default=2, help="evaluation samples per task and protocol")
-    p.add_argument("--protocols", default="pass@1,recovery@k")
+    p.add_argument("--protocols", default=f"pass@1,{FAULT_RECOVERY}",
+                   help=f"comma-separated: pass@1, retry@k, recovery@k (model only), {FAULT_RECOVERY}")
     p.add_argument("--k", type=int, default=2)
     p.add_argument("--jobs", type=int, default=2, help="evaluation trials at once")
     p.add_argument("--init", default="", help="warm start checkpoint (default: <workdir>/sft, run if missing)")
@@ -114,12 +135,12 @@ def main() -> None:
     after = _evaluate(gcfg, os.path.join(workdir, "grpo", "checkpoints"), dirs, args)
     print(f"evaluated the GRPO params ({time.time() - t0:.0f}s)\n", flush=True)
 
-    header = f"{'protocol':<14}{'SFT warm start':>16}{f'GRPO {args.steps} steps':>18}{'tasks':>7}{'trials':>8}"
+    header = f"{'protocol':<16}{'SFT warm start':>16}{f'GRPO {args.steps} steps':>18}{'tasks':>7}{'trials':>8}"
     print(header)
     print("-" * len(header))
     for label in before:
         b, a = before[label], after.get(label, {})
-        print(f"{label:<14}{b['score']:>16.3f}{a.get('score', float('nan')):>18.3f}{b['tasks']:>7}{b['trials']:>8}")
+        print(f"{label:<16}{b['score']:>16.3f}{a.get('score', float('nan')):>18.3f}{b['tasks']:>7}{b['trials']:>8}")
     out = os.path.join(workdir, "learning_demo.json")
     with open(out, "w") as fh:
         json.dump({"tasks": [str(d) for d in dirs], "steps": args.steps, "samples": args.samples,

@@ -67,6 +67,12 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c.bank.max_age_s = 7 * 24 * 3600.0
     c.bank.max_bytes = 8 * 2**30    # snapshot images' layer bytes
     c.bank.min_failures = 2         # collect fresh attempts while the bank holds fewer
+    # Where failure states come from: "policy" (the current policy's own failed attempts, the
+    # method) or "fault_commands" (each task's scripted failed attempt, banked once at the start,
+    # token-exact with the SFT demo rows' context; policy failures are still collected when the
+    # bank runs short or with rollout.explore). The tiny model's own attempts are not meaningful
+    # failures of a terminal task, so the tiny preset seeds from the scripted faults.
+    c.bank.failures_from = "fault_commands"
 
     c.stream = ml_collections.ConfigDict()
     c.stream.groups_per_step = 1    # groups with signal per optimizer step (rows = groups x G)
@@ -130,6 +136,7 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
         c.bank.max_entries = 1024
         c.bank.max_bytes = 200 * 2**30
         c.bank.min_failures = 32
+        c.bank.failures_from = "policy"  # the agent's own failure states
         c.stream.groups_per_step = 16   # 16 groups x 8 = 128 trajectories per step
         c.stream.queue_size = 8
         c.stream.signal = "resolved"

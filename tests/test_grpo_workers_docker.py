@@ -14,7 +14,8 @@ from reterm_jax.rl.harness import Limits, bash_call_xml
 from reterm_jax.rl.policy_store import PolicyStore
 from reterm_jax.rl.sampler import Sampler
 from reterm_jax.rl.stream import GroupStream, StreamConfig, assess
-from reterm_jax.rl.workers import RecoveryConfig, RecoveryProducer, RolloutWorkers
+from reterm_jax.rl.recovery import RecoveryConfig, RecoveryProducer
+from reterm_jax.rl.workers import RolloutWorkers
 from reterm_jax.sandbox import load_task
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -106,3 +107,28 @@ def test_a_sandbox_killed_mid_episode_is_a_masked_member(bank, task_path, sample
     assert batch["weights"][0, 0] == 1.0 and batch["loss_mask"][0].sum() > 0
     with pytest.raises(Exception):  # the killed container is gone (closed), nothing leaks
         docker_client.containers.get(killed[0])
+
+
+def test_seeding_from_fault_commands_banks_the_scripted_failure_once(bank, task_path, sampler, tok):
+    """failures_from="fault_commands": the task's scripted fault attempt is run, verified (it
+    fails) and banked with the rendered tokens; a second call (a resumed run) adds nothing; a
+    recovery group from it is token-exact with the render of history + retry turn."""
+    from reterm_jax.rl.recovery import SCRIPTED_FAULT, rendered_failure_tokens
+    task = load_task(task_path("make_greeting"))
+    cfg = RecoveryConfig(group_size=2, limits=Limits.tiny(max_new_tokens_per_turn=160, max_tokens=2048),
+                         failures_from="fault_commands")
+    producer = RecoveryProducer(bank, [task], sampler, tok, cfg,
+                                script=lambda r, t: (FIX if r == 0 else GIVE_UP)[len(t.turns)])
+    assert producer.seed_from_faults() == 1 and len(bank) == 1
+    assert producer.seed_from_faults() == 0 and len(bank) == 1
+    entry = bank.get(bank.entry_ids()[0])
+    assert entry.end_reason == SCRIPTED_FAULT and entry.policy_version == -1 and entry.reward < 1.0
+    assert entry.tokens == rendered_failure_tokens(tok, entry.messages)
+    expected = tok(harness.prompt_text(harness.initial_messages("", history=entry.messages)),
+                   add_special_tokens=False)["input_ids"]
+    assert producer.recovery_prompt(entry) == list(expected)
+    group = producer.produce(0, None, jax.random.key(0))
+    assert group.failure_id == entry.entry_id and group.valid == [True, True]
+    assert group.resolved == [True, False]  # the scripted fix resolves, giving up does not
+    with pytest.raises(ValueError, match="failures_from"):
+        RecoveryConfig(failures_from="bogus")

@@ -25,7 +25,7 @@ from reterm_jax.data.schema import validate_rows  # noqa: E402
 # The harness's own prompts and observation format: demo rows must look like RL rollouts.
 from reterm_jax.rl.harness import RETRY_PROMPT, SYSTEM_PROMPT, format_observation  # noqa: E402
 # The oracle's command splitter lives with the evaluation policies (one copy for both users).
-from reterm_jax.rl.policies import split_commands  # noqa: E402,F401
+from reterm_jax.rl.policies import FAULT_OPENING, split_commands  # noqa: E402,F401
 
 log = logging.getLogger("build_demo_dataset")
 
@@ -80,7 +80,7 @@ def rows_for_task(task) -> list[dict]:
     head = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task.instruction}]
     rows = []
     with DockerSandbox.from_task(task) as sb:
-        attempt = run_turns(sb, [("I will make the change." if i == 0 else "", None, c)
+        attempt = run_turns(sb, [(FAULT_OPENING if i == 0 else "", None, c)
                                  for i, c in enumerate(task.fault_commands)], 0)
         first = verify(sb, task)
         if first.resolved or first.error:

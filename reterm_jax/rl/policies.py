@@ -105,14 +105,19 @@ def _call(command: str, index: int) -> dict:
             "function": {"name": "bash", "arguments": json.dumps({"command": command}, ensure_ascii=False)}}
 
 
-def run_commands(task, sandbox, history, commands, claim: str = DONE_CLAIM) -> AttemptResult:
-    """Run `commands` as one tool call each (assistant + tool message per call), then `claim`."""
+FAULT_OPENING = "I will make the change."  # the demo rows' failed attempts open with this
+
+
+def run_commands(task, sandbox, history, commands, claim: str = DONE_CLAIM, opening: str = "") -> AttemptResult:
+    """Run `commands` as one tool call each (assistant + tool message per call), then `claim`.
+    `opening`: the text of the first assistant message (the others say nothing besides the call)."""
     start = time.monotonic()
     messages = initial_messages(task.instruction, history)
     timeout = min(harness.Limits().command_timeout_s, task.agent_timeout_s)
     for i, command in enumerate(commands):
         r = sandbox.exec(command, timeout=timeout)
-        messages.append({"role": "assistant", "content": "", "tool_calls": [_call(command, len(messages))]})
+        messages.append({"role": "assistant", "content": "" if i else opening,
+                         "tool_calls": [_call(command, len(messages))]})
         messages.append({"role": "tool", "content": format_observation(r.output, r.exit_code, r.timed_out)})
         if r.error:  # the sandbox broke (not the command): the attempt is a masked failure
             return AttemptResult(messages, harness.SANDBOX_ERROR, turns=i + 1,
@@ -129,12 +134,20 @@ def oracle(task, sandbox, history, index: int) -> AttemptResult:
     return run_commands(task, sandbox, history, oracle_commands(task))
 
 
-def fault_then_oracle(task, sandbox, history, index: int) -> AttemptResult:
-    if index == 0:
-        if not task.fault_commands:
-            raise ValueError(f"task {task.name} has no [reterm] fault_commands")
-        return run_commands(task, sandbox, history, list(task.fault_commands))
-    return oracle(task, sandbox, history, index)
+def fault_then(policy):
+    """A policy whose attempt index 0 is the task's scripted `[reterm] fault_commands` (then a
+    wrong "done" claim: a realistic failed attempt, as the demo rows' first attempts), and whose
+    later attempts are `policy`'s: under recovery@k it measures recovery from that failure."""
+    def attempt(task, sandbox, history, index: int) -> AttemptResult:
+        if index == 0:
+            if not task.fault_commands:
+                raise ValueError(f"task {task.name} has no [reterm] fault_commands")
+            return run_commands(task, sandbox, history, list(task.fault_commands), opening=FAULT_OPENING)
+        return policy(task, sandbox, history, index)
+    return attempt
+
+
+fault_then_oracle = fault_then(oracle)
 
 
 class ModelPolicy:

@@ -1,7 +1,7 @@
 """Group producers and the background workers that run them while the trainer steps.
 
     store = PolicyStore(0, params)
-    producer = RecoveryProducer(bank, tasks, sampler, tokenizer, RecoveryConfig(group_size=8))
+    producer = RecoveryProducer(bank, tasks, sampler, tokenizer, RecoveryConfig(group_size=8))  # rl/recovery.py
     workers = RolloutWorkers([producer], store, queue_size=4).start()
     ...                                       # GroupStream(workers, ...) feeds the trainer
     workers.stop()
@@ -14,9 +14,9 @@ versions and its `policy_version` stamp is exact. Finished groups go into a boun
 it is full the worker blocks (backpressure) until the trainer takes one or `stop()` is called.
 
 Producers:
-  RecoveryProducer   ReTerm-GRPO: G recovery attempts branched from a failure-bank entry (the
-                     failed attempt's exact tokens + the retry turn), verified on clones; fills
-                     the bank from fresh attempts of the current policy when it is short.
+  RecoveryProducer   (reterm_jax.rl.recovery) ReTerm-GRPO: G recovery attempts branched from a
+                     failure-bank entry (the failed attempt's exact tokens + the retry turn),
+                     verified on clones; fills the bank when it is short.
   SyntheticProducer  no Docker: G samples from a fixed prompt, reward = a function of the sampled
                      tokens (the trainer's known-optimum test).
 """
@@ -30,17 +30,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import jax
 from flax import nnx
 
-from reterm_jax.data.tokenizer import special_ids
 from reterm_jax.rl import harness
 from reterm_jax.rl.groups import Group
-from reterm_jax.rl.harness import Limits, initial_messages
-from reterm_jax.rl.rollout import _thread_map, _tokenize, run_episodes
 from reterm_jax.rl.sampler import Sampler
 from reterm_jax.rl.sampling import SamplingParams
 from reterm_jax.rl.trajectory import Trajectory
@@ -121,205 +117,6 @@ def match_fraction(target: Sequence[int]) -> Callable[[list[int]], float]:
     def reward(tokens: list[int]) -> float:
         return sum(int(i < len(tokens) and tokens[i] == t) for i, t in enumerate(target)) / len(target)
     return reward
-
-
-# ---- recovery from the failure bank (Docker) -----------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class RecoveryConfig:
-    group_size: int = 8                      # G recovery attempts per failure state
-    limits: Limits = Limits.tiny()           # per attempt; wall clock also capped by the task's agent timeout
-    sampling: SamplingParams = SamplingParams(1.0)
-    threshold: float = 1.0                   # reward >= threshold: resolved
-    min_failures: int = 1                    # collect fresh attempts while the bank holds fewer entries
-    explore: float = 0.0                     # probability of a collection round before a group anyway
-    collect_batch: int = 2                   # fresh attempts per collection round (one task each)
-    # Members ending like this are masked out of the group (besides a verifier error / no reward).
-    mask_end_reasons: tuple[str, ...] = (harness.SANDBOX_ERROR, harness.WALL_CLOCK)
-    seed: int = 0
-
-
-@dataclasses.dataclass
-class ProducerStats:
-    groups: int = 0
-    collect_rounds: int = 0
-    fresh_attempts: int = 0
-    fresh_resolved: int = 0
-    failures_added: int = 0
-    sandbox_errors: int = 0
-    verify_errors: int = 0
-    skipped_too_long: int = 0
-
-
-class RecoveryProducer:
-    """ReTerm-GRPO groups: entry = bank.next(); G = bank.branch(entry, G) sandboxes; each continues
-    the failed attempt's EXACT tokens + the retry user turn (`harness.retry_turn_text()`
-    tokenised alone) through `run_episodes(prompt_tokens=...)`, and is verified on a clone.
-    Only the recovery attempt's sampled tokens have loss_mask 1.
-
-    When the bank holds fewer than cfg.min_failures entries (or with probability cfg.explore)
-    a collection round runs first: cfg.collect_batch fresh attempts of the current policy on
-    the next tasks (round robin), each verified on a clone; the failures (reward < threshold,
-    no sandbox/verifier error) go into the bank with this policy version.
-
-    Never raises for a broken environment: a sandbox that dies mid-episode is a masked member,
-    a failed branch a group of masked members; sandbox errors are counted on the group. Every
-    sandbox is closed."""
-
-    def __init__(self, bank, tasks: Sequence, sampler: Sampler, tokenizer, cfg: RecoveryConfig = RecoveryConfig(), *,
-                 pool=None, script=None, collect_script=None, verify_fn: Callable | None = None):
-        """tasks: reterm_jax.sandbox.Task list (fresh attempts round-robin over it; bank entries
-        from other task dirs are loaded from entry.task_dir). pool: a SandboxPool for tool calls
-        and verification (default: a thread per row). script / collect_script: teacher-forced
-        assistant text for the recovery / fresh attempts (run_episodes' `script`; tests and
-        baselines). verify_fn(sandbox, task) -> VerifyResult (default reterm_jax.sandbox.verify)."""
-        if not tasks:
-            raise ValueError("RecoveryProducer needs at least one task")
-        self.bank, self.tasks, self.sampler, self.tokenizer, self.cfg = bank, list(tasks), sampler, tokenizer, cfg
-        self.pool, self.script, self.collect_script = pool, script, collect_script
-        if verify_fn is None:
-            from reterm_jax.sandbox import verify as verify_fn
-        self.verify_fn = verify_fn
-        self.im_end = special_ids(tokenizer).im_end
-        self.retry_tokens = _tokenize(tokenizer, harness.retry_turn_text())
-        self.stats = ProducerStats()
-        self._task_cursor = 0
-        self._pending_errors = 0  # sandbox errors of collection rounds, reported on the next group
-        self._by_dir = {str(Path(t.path).resolve()): t for t in self.tasks}
-        self.current_sandboxes: list = []  # the branches of the group in flight (monitoring, tests)
-
-    # ---- helpers ----------------------------------------------------------------------------------
-    def _map(self, fn, items) -> list:
-        return self.pool.map(fn, items) if self.pool is not None else _thread_map(fn, items)
-
-    def _task_for(self, entry):
-        key = str(Path(entry.task_dir).resolve())
-        if key not in self._by_dir:
-            from reterm_jax.sandbox import load_task
-            self._by_dir[key] = load_task(key)
-        return self._by_dir[key]
-
-    def _limits(self, tasks) -> Limits:
-        return dataclasses.replace(self.cfg.limits, wall_clock_s=min(self.cfg.limits.wall_clock_s,
-                                                                      *(t.agent_timeout_s for t in tasks)))
-
-    def recovery_prompt(self, entry) -> list[int]:
-        """entry.tokens (cut after its last <|im_end|>, should it end elsewhere) + the retry turn."""
-        tokens = [int(t) for t in entry.tokens]
-        if not tokens or tokens[-1] != self.im_end:
-            ends = [i for i, t in enumerate(tokens) if t == self.im_end]
-            if not ends:
-                raise ValueError(f"failure entry {entry.entry_id}: its tokens hold no <|im_end|>")
-            log.warning("failure entry %s: tokens end after a non-<|im_end|> token; cut after the last <|im_end|>",
-                        entry.entry_id)
-            tokens = tokens[:ends[-1] + 1]
-        return tokens + self.retry_tokens
-
-    # ---- collection: fresh attempts fill the bank -------------------------------------------------
-    def collect(self, sampler: Sampler, version: int, key: jax.Array) -> int:
-        """One collection round; returns the number of failures added to the bank."""
-        from reterm_jax.sandbox import DockerSandbox
-        self.stats.collect_rounds += 1
-        tasks = []
-        for _ in range(self.cfg.collect_batch):
-            tasks.append(self.tasks[self._task_cursor % len(self.tasks)])
-            self._task_cursor += 1
-        started = self._map(DockerSandbox.from_task, tasks)
-        pairs = [(t, o.value) for t, o in zip(tasks, started) if o.ok]
-        for t, o in zip(tasks, started):
-            if not o.ok:
-                log.warning("collect: could not start a sandbox for %s: %s", t.name, o.error)
-                self._pending_errors += 1
-                self.stats.sandbox_errors += 1
-        added = 0
-        tasks, sandboxes = [p[0] for p in pairs], [p[1] for p in pairs]
-        try:
-            if not pairs:
-                return 0
-            trajs = run_episodes(sampler, self.tokenizer, sandboxes, [initial_messages(t.instruction) for t in tasks],
-                                 task_ids=[t.name for t in tasks], limits=self._limits(tasks), params=self.cfg.sampling,
-                                 key=key, script=self.collect_script, pool=self.pool)
-            self.stats.fresh_attempts += len(trajs)
-            rows = [r for r, tr in enumerate(trajs) if tr.end_reason != harness.SANDBOX_ERROR]
-            errors = len(trajs) - len(rows)
-            verified = self._map(lambda r: self.verify_fn(sandboxes[r], tasks[r]), rows)
-            for r, outcome in zip(rows, verified):
-                result = outcome.value if outcome.ok else None
-                if result is None or result.error:
-                    self.stats.verify_errors += 1
-                    continue
-                if result.reward >= self.cfg.threshold:
-                    self.stats.fresh_resolved += 1
-                    continue
-                try:
-                    self.bank.add(sandboxes[r], tasks[r], trajs[r], policy_version=version, reward=result.reward,
-                                  end_reason=trajs[r].end_reason, end_token=self.im_end)
-                    added += 1
-                except Exception as e:  # noqa: BLE001 - e.g. the sandbox died before the commit
-                    log.warning("collect: could not bank the failure of %s: %s", tasks[r].name, e)
-                    errors += 1
-            self._pending_errors += errors
-            self.stats.sandbox_errors += errors
-            self.stats.failures_added += added
-            return added
-        finally:
-            for sb in sandboxes:
-                sb.close()
-
-    # ---- one group ------------------------------------------------------------------------------
-    def produce(self, version: int, params: Any, key: jax.Array) -> Group | None:
-        start = time.monotonic()
-        sampler = sampler_with(self.sampler, params)
-        collect_key, explore_key, run_key = jax.random.split(key, 3)
-        explore = self.cfg.explore > 0 and float(jax.random.uniform(explore_key)) < self.cfg.explore
-        if len(self.bank) < self.cfg.min_failures or explore:
-            self.collect(sampler, version, collect_key)
-        entry = self.bank.next()
-        if entry is None:
-            return None
-        task = self._task_for(entry)
-        g = self.cfg.group_size
-        prompt = self.recovery_prompt(entry)
-        room = min(self.cfg.limits.max_tokens, sampler.max_length)
-        if len(prompt) >= room:  # no room for a single sampled token: skip before branching
-            log.warning("failure %s: its recovery prompt (%d tokens) fills the %d-token budget; skipped",
-                        entry.entry_id, len(prompt), room)
-            self.stats.skipped_too_long += 1
-            return None
-        errors, self._pending_errors = self._pending_errors, 0
-        try:
-            sandboxes = self.bank.branch(entry, g)
-        except Exception as e:  # noqa: BLE001 - all or nothing: a group of masked members
-            log.warning("could not branch failure %s into %d sandboxes: %s", entry.entry_id, g, e)
-            trajs = [Trajectory(task_id=task.name, episode_id=_new_id(task.name), messages=list(entry.messages),
-                                end_reason=harness.SANDBOX_ERROR, error=f"branch failed: {e}") for _ in range(g)]
-            self.stats.groups += 1
-            self.stats.sandbox_errors += g
-            return Group(_new_id("group"), task.name, entry.entry_id, int(version), trajs, [False] * g, [0.0] * g,
-                         [False] * g, rollout_s=time.monotonic() - start, sandbox_errors=errors + g)
-        self.current_sandboxes = sandboxes
-        try:
-            messages = initial_messages(task.instruction, history=list(entry.messages))
-            trajs = run_episodes(sampler, self.tokenizer, sandboxes, [messages] * g, task_ids=[task.name] * g,
-                                 limits=self._limits([task]), params=self.cfg.sampling, key=run_key,
-                                 script=self.script, pool=self.pool, prompt_tokens=[prompt] * g,
-                                 verify_fn=lambda sb: self.verify_fn(sb, task))
-        finally:
-            self.current_sandboxes = []
-            for sb in sandboxes:
-                sb.close()
-        valid, rewards, resolved = [], [], []
-        for traj in trajs:
-            ok = (traj.end_reason not in self.cfg.mask_end_reasons and traj.reward is not None
-                  and traj.verify_error is None)
-            valid.append(ok)
-            rewards.append(float(traj.reward) if ok else 0.0)
-            resolved.append(ok and float(traj.reward) >= self.cfg.threshold)
-            errors += traj.end_reason == harness.SANDBOX_ERROR
-            self.stats.verify_errors += traj.verify_error is not None
-        self.stats.groups += 1
-        self.stats.sandbox_errors += sum(t.end_reason == harness.SANDBOX_ERROR for t in trajs)
-        return Group(_new_id("group"), task.name, entry.entry_id, int(version), trajs, valid, rewards, resolved,
-                     rollout_s=time.monotonic() - start, sandbox_errors=int(errors))
 
 
 # ---- background workers --------------------------------------------------------------------------

@@ -186,7 +186,7 @@ def make_producers(config, workdir, sampler, tokenizer, n: int):
                                   max_new_tokens=len(target), reward_fn=match_fraction(target), sampling=sampling,
                                   threshold=env.threshold) for _ in range(n)], None
     from reterm_jax.rl.failure_bank import FailureBank
-    from reterm_jax.rl.workers import RecoveryConfig, RecoveryProducer
+    from reterm_jax.rl.recovery import RecoveryConfig, RecoveryProducer
     from reterm_jax.sandbox import load_task
     dirs = sorted(d for d in glob.glob(env.tasks) if os.path.isdir(d) and not os.path.basename(d).startswith("."))
     if env.max_tasks:
@@ -202,8 +202,11 @@ def make_producers(config, workdir, sampler, tokenizer, n: int):
     for i in range(n):
         cfg = RecoveryConfig(group_size=r.group_size, limits=limits, sampling=sampling, threshold=env.threshold,
                              min_failures=config.bank.min_failures, explore=r.explore,
-                             collect_batch=r.collect_batch, seed=config.seed + i)
+                             collect_batch=r.collect_batch, seed=config.seed + i,
+                             failures_from=config.bank.failures_from)
         producers.append(RecoveryProducer(bank, tasks[i:] + tasks[:i], sampler, tokenizer, cfg))
+    if config.bank.failures_from == "fault_commands":
+        producers[0].seed_from_faults()  # once, before any worker starts (tasks already seeded are skipped)
     logging.info("%d tasks from %s; failure bank %s holds %d entries", len(tasks), env.tasks, bank.directory, len(bank))
     return producers, bank
 
