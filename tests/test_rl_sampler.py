@@ -144,3 +144,19 @@ def test_bucket_length_bounds_padding():
         b = bucket_length(n)
         assert n <= b <= max(int(n * 1.25) + 1, -(-n // 16) * 16)
     assert len({bucket_length(n) for n in range(1025, 2049)}) == 4
+
+
+def test_a_remat_model_samples_like_the_plain_one_and_keeps_its_remat(model, sampler):
+    """Training models run with remat; the sampler decodes them without it (the remat'd layer
+    cannot update the cache inside the decode loop) and leaves the caller's module as it was."""
+    graphdef, params = nnx.split(model)
+    trained = nnx.merge(graphdef, params)
+    trained.model.remat = True
+    remat_sampler = make_sampler(trained)
+    assert trained.model.remat is True
+    outs = []
+    for s in (sampler, remat_sampler):
+        state = s.extend(s.init(len(PROMPTS)), PROMPTS)
+        _, gen = s.generate(state, jax.random.key(0), SamplingParams(0.0), 6)
+        outs.append(gen.tokens)
+    assert outs[0] == outs[1]

@@ -81,7 +81,13 @@ class Sampler:
         accelerators only (the CPU backend cannot donate). False keeps old states usable, e.g.
         to decode several times from one prefill."""
         self.config = model.config
-        self.graphdef, self.params = nnx.split(model)
+        graphdef, params = nnx.split(model)
+        # Decoding keeps no activations for a backward pass, so remat only costs time; and the
+        # remat'd layer cannot update the cache inside generate's while_loop. The sampler runs
+        # its own copy of the module structure with remat off (the caller's model is untouched).
+        copy = nnx.merge(graphdef, params)
+        copy.model.remat = False
+        self.graphdef, self.params = nnx.split(copy)
         self.stop_ids = tuple(int(s) for s in stop_ids)
         self.pad_id = int(pad_id)
         self.max_length = int(max_length)
