@@ -27,6 +27,8 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c.model.dtype = "float32"       # compute dtype of activations / matmuls
     c.model.param_dtype = "float32"  # master weights; optimizer moments follow (see optim.mu_dtype)
     c.model.remat = "none"          # none | full (recompute each layer) | dots (save matmul outputs)
+    c.model.scan_layers = False     # lax.scan over repeating blocks of layers (the 9B: 8 x [3 DeltaNet +
+    #                                 1 attention]): bounded compile time; params keep per-layer names
     # Tiny preset: one DeltaNet + one attention layer (the 9B's two mixers; DeltaNet dominates CPU
     # step time), sized to overfit the demo data within a few hundred CPU steps.
     # vocab 1060 = the bundled tiny tokenizer.
@@ -77,6 +79,7 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     if preset == "qwen3_5_9b":
         c.model.dtype = "bfloat16"   # bf16 compute on fp32 master weights and fp32 Adam moments
         c.model.remat = "full"
+        c.model.scan_layers = True   # 9B train step AOT compile: 67 s scanned vs 301 s unrolled (docs/plan.md)
         c.data.path = ""             # required: --config.data.path=...
         c.data.seq_len = 32768
         c.data.overlong = "drop"

@@ -23,6 +23,8 @@ from reterm_jax.model.mlp import MLP
 from reterm_jax.model.norms import RMSNorm, stat_dtype
 from reterm_jax.model.params import dense, sharding_metadata
 from reterm_jax.model.rope import rope_cos_sin
+from reterm_jax.model.scan import block_period, scan_decoder_layers
+from reterm_jax.parallel.rules import logical_to_spec
 
 
 @struct.dataclass
@@ -64,16 +66,30 @@ class DecoderLayer(nnx.Module):
 
 
 def _run_layer(layer: DecoderLayer, h, inputs, cache):
-    return layer(h, inputs, cache)
+    h, cache = layer(h, inputs, cache)
+    return constrain_rows(h), cache
+
+
+def constrain_rows(h: jax.Array) -> jax.Array:
+    """Hidden states [B,T,H] split by rows over the data-parallel axes (the "batch" rule), when
+    traced under a mesh context (`with jax.set_mesh(mesh)`); a no-op without one. Without it
+    XLA's propagation follows the params' "embed" -> fsdp sharding instead and every device
+    computes all rows (measured: the 9B's full-batch fp32 logits on every device, docs/plan.md)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+        return h
+    return jax.lax.with_sharding_constraint(h, logical_to_spec(("batch", "length", None), mesh, shape=h.shape))
 
 
 class TextModel(nnx.Module):
     """`model.*` of the checkpoint: embed_tokens, layers, norm. Returns final hidden states."""
 
-    def __init__(self, config: Qwen3_5Config, *, dtype, param_dtype, remat, rngs: nnx.Rngs):
+    def __init__(self, config: Qwen3_5Config, *, dtype, param_dtype, remat, rngs: nnx.Rngs,
+                 scan_layers: bool = False):
         self.config = config
         self.dtype = dtype
         self.remat = remat
+        self.scan_layers = scan_layers  # static, like remat: set it on an abstract model freely
         self.embed_tokens = nnx.Embed(
             config.vocab_size, config.hidden_size, dtype=dtype, param_dtype=param_dtype,
             embedding_init=jax.nn.initializers.normal(config.initializer_range),
@@ -103,11 +119,17 @@ class TextModel(nnx.Module):
             kv_segments = jax.lax.dynamic_update_slice(cache.segment_ids, segment_ids, (0, cache.index))
             inputs = inputs.replace(index=cache.index, kv_segments=kv_segments)
 
+        h = constrain_rows(self.embed_tokens(input_ids))
+        # Scanned only without a cache: with one, stacking the per-layer K/V buffers and states
+        # on each call would copy the whole cache every decode step.
+        if self.scan_layers and cache is None:
+            h = scan_decoder_layers(self.layers, cfg.layer_types, h, inputs, dtype=self.dtype, remat=self.remat,
+                                    constrain=constrain_rows)
+            return self.norm(h)
         run = _run_layer
         if self.remat:
             policy = self.remat if callable(self.remat) else None
             run = nnx.remat(_run_layer, policy=policy)
-        h = self.embed_tokens(input_ids)
         new_layers = []
         for i, layer in enumerate(self.layers):
             h, layer_cache = run(layer, h, inputs, None if cache is None else cache.layers[i])
@@ -140,13 +162,21 @@ class Qwen3_5ForCausalLM(nnx.Module):
     softmax, DeltaNet gates/decays and state are fp32 whatever `dtype`; logits are fp32.
     remat: False, True (recompute each decoder layer in the backward pass), or a
     `jax.checkpoint_policies` policy.
+    scan_layers: run the layers (forwards without a cache) as a lax.scan over the repeated block
+    of `config.layer_types` (8 x [3 DeltaNet + 1 attention] for the 9B): same math and the same
+    per-layer parameter tree, compile time independent of depth (reterm_jax.model.scan). Like
+    `remat` it is static module structure: `model.model.scan_layers = True` works on an
+    abstract model too.
     """
 
     def __init__(self, config: Qwen3_5Config, *, dtype=jnp.float32, param_dtype=jnp.float32,
-                 remat: bool | Callable = False, rngs: nnx.Rngs | None = None):
+                 remat: bool | Callable = False, scan_layers: bool = False, rngs: nnx.Rngs | None = None):
         rngs = nnx.Rngs(0) if rngs is None else rngs
         self.config = config
-        self.model = TextModel(config, dtype=dtype, param_dtype=param_dtype, remat=remat, rngs=rngs)
+        if scan_layers:
+            block_period(config.layer_types)  # a config that cannot be scanned fails here, not in jit
+        self.model = TextModel(config, dtype=dtype, param_dtype=param_dtype, remat=remat, rngs=rngs,
+                               scan_layers=scan_layers)
         if config.tie_word_embeddings:
             self.lm_head = None  # logits use embed_tokens.embedding.T
         else:

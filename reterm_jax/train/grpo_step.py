@@ -137,9 +137,10 @@ def make_grpo_step(graphdef, tx: optax.GradientTransformation, schedule: optax.S
     use_ref = float(loss_cfg.kl_coef) > 0
 
     def step(state: TrainState, batch: dict, ref_params):
-        grads, loss_sum, count, sums = accumulate_grpo_gradients(
-            graphdef, state.params, batch, ref_params, micro_batches=micro_batches, mesh=mesh,
-            sampling=sampling, loss_cfg=loss_cfg)
+        with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):  # rows pinned to "batch" (see train/step.py)
+            grads, loss_sum, count, sums = accumulate_grpo_gradients(
+                graphdef, state.params, batch, ref_params, micro_batches=micro_batches, mesh=mesh,
+                sampling=sampling, loss_cfg=loss_cfg)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         rng, _ = jax.random.split(state.rng)  # advances every step, so a resume continues the sequence

@@ -74,7 +74,10 @@ def make_train_step(graphdef, tx: optax.GradientTransformation, schedule: optax.
     """jit(train_step) with explicit shardings; the input state is donated."""
 
     def train_step(state: TrainState, batch: dict):
-        grads, loss_sum, count = accumulate_gradients(graphdef, state.params, batch, micro_batches, mesh)
+        # Traced under the mesh, so the decoder can pin activations to the "batch" rule
+        # (model.decoder.constrain_rows); otherwise XLA may give every device every row.
+        with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+            grads, loss_sum, count = accumulate_gradients(graphdef, state.params, batch, micro_batches, mesh)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         rng, _ = jax.random.split(state.rng)  # nothing in SFT draws from it yet; it advances so

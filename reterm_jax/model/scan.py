@@ -1,0 +1,90 @@
+"""The decoder layers as a `lax.scan` over repeated blocks, with the per-layer parameter tree.
+
+The 9B's 32 layers are 8 copies of one block [DeltaNet, DeltaNet, DeltaNet, Attention]. Traced
+as a Python loop, XLA compiles 32 layer bodies; scanned, it compiles one block, so compile
+time stops growing with depth.
+
+The parameter tree is NOT stacked: params stay `layers.{i}.*` (HF names, which checkpoints,
+hf_io, convert, the optimizer state and the sharding rules all use). Inside the forward, the
+params of layers j, j+p, j+2p, ... (p = block length) are `jnp.stack`ed on a leading block axis
+and the scan body `nnx.merge`s one block from its slice. The cost is that stacked copy: one
+extra copy of the layer params for the duration of the forward (and its transpose in the
+backward, which unstacks the gradients). Linear kernels are cast to the compute dtype before
+stacking (nnx.Linear casts them to it anyway, so the result is bit-identical), which makes the
+copy 2 bytes/param in bf16 compute instead of 4; norms, conv taps, A_log and dt_bias stay as
+stored (their math is fp32). Measured cost: docs/plan.md.
+
+Remat applies per layer inside the scanned body (as in the loop), so full remat still keeps
+one input per layer (scan residuals [blocks, B, T, H] per position in the block) and one
+layer's internals. The generation cache is not scanned (see TextModel).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+
+def block_period(layer_types: Sequence[str]) -> int:
+    """Length of the smallest block that `layer_types` repeats (4 for the 9B); an error if the
+    pattern repeats no block (a scan would then cover one block: no gain, so say so)."""
+    n = len(layer_types)
+    for p in range(1, n + 1):
+        if n % p == 0 and all(layer_types[i] == layer_types[i % p] for i in range(n)):
+            if p == n and n > 1:
+                break
+            return p
+    raise ValueError(
+        f"scan_layers=True needs layer_types to repeat a block of layers (the 9B is 8 x [3 DeltaNet + "
+        f"1 attention]); {list(layer_types)} repeats none. Use scan_layers=False for this config.")
+
+
+def _compute_copy(state: nnx.State, dtype) -> nnx.State:
+    """Linear kernels in the compute dtype (what nnx.Linear would cast them to); the rest as is."""
+    def cast(path, x):
+        name = path[-2] if path and isinstance(path[-1], jax.tree_util.GetAttrKey) else path[-1]
+        return x.astype(dtype) if getattr(name, "key", None) == "kernel" else x
+    return jax.tree_util.tree_map_with_path(cast, state)
+
+
+def stack_blocks(layers: Sequence[nnx.Module], period: int, dtype):
+    """(graphdef per block position, state per position with a leading [n_blocks] axis)."""
+    graphdefs, stacked = [], []
+    for j in range(period):
+        members = [nnx.split(layer) for layer in layers[j::period]]
+        graphdef = members[0][0]
+        if any(g != graphdef for g, _ in members):
+            raise ValueError(f"layers {j}, {j + period}, ... differ in structure; cannot scan them as one block")
+        graphdefs.append(graphdef)
+        states = [_compute_copy(s, dtype) for _, s in members]
+        stacked.append(jax.tree.map(lambda *xs: jnp.stack(xs), *states))
+    return graphdefs, stacked
+
+
+def scan_decoder_layers(layers: Sequence[nnx.Module], layer_types: Sequence[str], h: jax.Array, inputs, *,
+                        dtype, remat: bool | Callable, constrain: Callable = lambda h: h) -> jax.Array:
+    """h after all `layers` (no cache), computed as a scan over repeated blocks."""
+    period = block_period(layer_types)
+    graphdefs, stacked = stack_blocks(layers, period, dtype)
+
+    def layer_fn(graphdef):
+        def run(h, state):
+            out, _ = nnx.merge(graphdef, state)(h, inputs, None)
+            return constrain(out)
+        if remat:
+            policy = remat if callable(remat) else None
+            # prevent_cse=False: inside a scan there is no CSE across iterations to prevent.
+            run = jax.checkpoint(run, policy=policy, prevent_cse=False)
+        return run
+
+    runs = [layer_fn(g) for g in graphdefs]
+
+    def block(h, block_states):
+        for run, state in zip(runs, block_states):
+            h = run(h, state)
+        return h, None
+
+    h, _ = jax.lax.scan(block, h, stacked)
+    return h

@@ -1,0 +1,308 @@
+"""Per-device memory plan of a training config, optionally checked against XLA's own numbers.
+
+    python -m reterm_jax.plan --config=configs/sft.py:qwen3_5_9b --devices=8 --preset=fsdp_tp
+    python -m reterm_jax.plan --config=configs/sft.py:qwen3_5_9b --config.data.seq_len=4096 \
+        --config.train.batch_size=8 --devices=8 --preset=fsdp --compile
+
+Needs no accelerator and no weights (shapes only; the 9B preset plans without `hf_path`).
+Parameters, optimizer state and gradients are exact (shard shapes from the one rules table,
+reterm_jax.parallel.rules); activations and rollout caches are formulas (docs/plan.md).
+`--compile` ahead-of-time compiles the real train step (train/step.py) for `--devices` fake CPU
+devices in a subprocess (XLA_FLAGS must be set before jax is imported) and prints
+`compiled.memory_analysis()` beside the estimate, and the lower/compile times.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from reterm_jax.model.config import FULL_ATTENTION, Qwen3_5Config
+from reterm_jax.model.hf_io import abstract_model
+from reterm_jax.parallel.mesh import MESH_AXES, resolve_mesh_shape
+from reterm_jax.parallel.presets import apply_preset
+from reterm_jax.parallel.rules import logical_to_spec, variable_axes
+
+HBM = {"h200": 141e9, "h100": 80e9, "tpu_v5p": 95e9, "tpu_v5e": 16e9, "tpu_v6e": 32e9, "tpu_v4": 32e9}
+GB = 1e9
+
+
+def plan_model_config(model_cfg) -> Qwen3_5Config:
+    """The `model` config's Qwen3_5Config; the 9B preset needs no checkpoint to be planned."""
+    if model_cfg.hf_path:
+        return Qwen3_5Config.from_hf_dir(model_cfg.hf_path)
+    if model_cfg.preset == "qwen3_5_9b":
+        return Qwen3_5Config.qwen3_5_9b()
+    return Qwen3_5Config.tiny(**dict(model_cfg.get("overrides", {})))
+
+
+def _mesh_sizes(cfg, n_devices: int) -> dict:
+    return dict(zip(MESH_AXES, resolve_mesh_shape([cfg.mesh[a] for a in MESH_AXES], n_devices)))
+
+
+def _shard_elems(shape, spec, sizes) -> int:
+    n = 1
+    for i, dim in enumerate(shape):
+        axes = spec[i] if i < len(spec) else None
+        axes = () if axes is None else (axes,) if isinstance(axes, str) else axes
+        n *= dim // math.prod(sizes[a] for a in axes)
+    return n
+
+
+def _optimizer(cfg):
+    from reterm_jax.train.optimizer import make_optimizer
+    optim = cfg.optim.copy_and_resolve_references()
+    optim.decay_steps = optim.decay_steps or cfg.train.steps
+    optim.warmup_steps = min(optim.warmup_steps, optim.decay_steps - 1)
+    return make_optimizer(optim)
+
+
+def estimate(cfg, n_devices: int, *, rollout_batch: int = 0, rollout_len: int = 0,
+             scan_layers: bool = True) -> dict:
+    """Per-device bytes of a train config on `n_devices` (see docs/plan.md for the formulas)."""
+    config = plan_model_config(cfg.model)
+    sizes = _mesh_sizes(cfg, n_devices)
+    mesh = jax.sharding.AbstractMesh(tuple(sizes.values()), tuple(sizes))
+    dtype, param_dtype = jnp.dtype(cfg.model.dtype), jnp.dtype(cfg.model.param_dtype)
+    params = nnx.state(abstract_model(config, dtype, param_dtype), nnx.Param)
+
+    # exact: every param's shard under the rules table; moments mirror their param
+    fraction = jax.tree.map(
+        lambda v: _shard_elems(v.shape, logical_to_spec(variable_axes(v), mesh, shape=v.shape), sizes)
+        / math.prod(v.shape), params, is_leaf=lambda x: isinstance(x, nnx.Variable))
+    fraction = nnx.to_pure_dict(fraction)
+    abs_params = nnx.to_pure_dict(params)
+    elems = sum(math.prod(p.shape) * f for p, f in zip(jax.tree.leaves(abs_params), jax.tree.leaves(fraction)))
+    param_bytes = sum(math.prod(p.shape) * p.dtype.itemsize * f
+                      for p, f in zip(jax.tree.leaves(abs_params), jax.tree.leaves(fraction)))
+    tx, _ = _optimizer(cfg)
+    opt_shapes = jax.eval_shape(tx.init, abs_params)
+    opt_bytes = sum(jax.tree.leaves(optax.tree_utils.tree_map_params(
+        tx, lambda x, f: math.prod(x.shape) * x.dtype.itemsize * f, opt_shapes, fraction,
+        transform_non_params=lambda x: math.prod(x.shape) * x.dtype.itemsize)))
+    grad_bytes = 2 * 4 * elems  # fp32 accumulator + one micro-batch's gradient (train/step.py)
+    # The embedding / LM-head gradients of a micro-batch are full [V/tp, H] fp32 partial sums on
+    # every device before XLA reduce-scatters them over fsdp.
+    tp = sizes["tensor"]
+    heads = (1 if config.tie_word_embeddings else 2) * _split(config.vocab_size, tp) * config.hidden_size * 4
+    grad_bytes += heads
+    # scan_layers: the stacked per-block copy of the layer params (kernels in the compute dtype)
+    # and its stacked fp32 gradient (model/scan.py)
+    layer_elems = elems - heads / 4 / sizes["fsdp"]
+    scan_copy = layer_elems * (dtype.itemsize + 4) if scan_layers else 0
+
+    # activations of one micro-batch on one device
+    n_dp = sizes["data"] * sizes["fsdp"]
+    micro_rows = cfg.train.batch_size // max(1, cfg.train.micro_batches)
+    rows = math.ceil(micro_rows / n_dp)
+    seq = cfg.data.seq_len
+    act = activation_bytes(config, rows, seq, dtype.itemsize, tp, cfg.model.remat)
+    batch_bytes = rows * cfg.train.micro_batches * seq * (4 * 4 + 1)  # 4 int32 arrays + bool mask
+
+    out = dict(params=param_bytes, optimizer=opt_bytes, gradients=grad_bytes, scan_copy=scan_copy, **act,
+               batch=batch_bytes, mesh=sizes, rows_per_device=rows, param_elems_per_device=elems)
+    out["train_total"] = (param_bytes + opt_bytes + grad_bytes + scan_copy + act["activations"] + act["logits"]
+                          + batch_bytes)
+    if rollout_batch:
+        out["rollout_cache"] = rollout_cache_bytes(config, math.ceil(rollout_batch / n_dp), rollout_len,
+                                                   dtype.itemsize, tp)
+        out["rollout_total"] = param_bytes + out["rollout_cache"]
+    return out
+
+
+def _split(n: int, tp: int) -> float:
+    return n / tp if n % tp == 0 else n  # a dim the tensor axis does not divide is replicated
+
+
+def activation_bytes(config: Qwen3_5Config, rows: int, seq: int, c: int, tp: int, remat: str) -> dict:
+    """Activation bytes of one device's micro-batch rows (estimate; docs/plan.md):
+    saved  : what the forward keeps for the backward (remat full: each layer's input),
+    working: one layer's internals while its backward runs, plus their gradients,
+    logits : fp32 logits, their softmax and their gradient (3 x rows x seq x vocab/tp x 4)."""
+    f, h = 4, config.hidden_size
+    i = _split(config.intermediate_size, tp)
+    cq = _split(config.linear_conv_dim, tp)            # DeltaNet q|k|v channels
+    vd = _split(config.linear_value_dim, tp)
+    hv = _split(config.linear_num_value_heads, tp)
+    nq = _split(config.num_attention_heads, tp)
+    qd = nq * config.head_dim
+    kvd = _split(config.num_key_value_heads, tp) * config.head_dim
+    common = 2 * h * (f + c) + 2 * h * c + 4 * i * c     # two norms, residuals, MLP gate/up/act
+    delta = (cq * (2 * c + 2 * f) + vd * (3 * f + 2 * c)  # qkv, conv (fp32), silu, fp32 q/k/v, z, norm
+             + hv * 64 * 4 * f                             # chunk-local [64, 64] WY matrices
+             + hv * config.linear_key_head_dim * config.linear_value_head_dim * f / 64)  # chunk states
+    attn = 3 * qd * c + 2 * kvd * c + (qd + kvd) * (f + c)  # q|gate, k, v, norms+rope, output
+    scores = nq * (seq + 128) / 2 * (2 * f + c)            # per query token: scores, probs, weights
+    per_token = {t: common + (attn + scores if t == FULL_ATTENTION else delta) for t in set(config.layer_types)}
+    tokens = rows * seq
+    layer_in = tokens * h * c
+    if remat == "full":
+        saved = config.num_hidden_layers * layer_in
+        working = 2 * tokens * max(per_token.values())
+    else:  # none (everything kept); "dots" keeps the matmul outputs, counted as all (upper bound)
+        saved = tokens * sum(per_token[t] for t in config.layer_types)
+        working = 2 * tokens * max(per_token.values())
+    logits = 3 * tokens * _split(config.vocab_size, tp) * f
+    return dict(activations=saved + working, saved=saved, working=working, logits=logits)
+
+
+def rollout_cache_bytes(config: Qwen3_5Config, rows: int, length: int, c: int, tp: int) -> float:
+    """Generation cache of `rows` sequences of `length` tokens (model/cache.py): K/V per attention
+    layer, conv window (compute dtype) + fp32 state per DeltaNet layer, slot segment ids."""
+    n_attn = sum(t == FULL_ATTENTION for t in config.layer_types)
+    n_delta = config.num_hidden_layers - n_attn
+    kv = 2 * length * _split(config.num_key_value_heads, tp) * config.head_dim * c
+    delta = ((config.linear_conv_kernel_dim - 1) * _split(config.linear_conv_dim, tp) * c
+             + _split(config.linear_num_value_heads, tp) * config.linear_key_head_dim
+             * config.linear_value_head_dim * 4)
+    return rows * (n_attn * kv + n_delta * delta + length * 4)
+
+
+# ------------------------------------------------------------------------------ AOT compile
+
+
+def aot_compile(cfg, scan_layers: bool = True) -> dict:
+    """Lower + compile the real train step for the current devices (run under fake CPU devices,
+    see compile_in_subprocess); memory_analysis() numbers and timings."""
+    from reterm_jax.parallel.mesh import make_mesh
+    from reterm_jax.parallel.rules import state_shardings
+    from reterm_jax.train.state import abstract_train_state, batch_sharding, remat_policy, train_state_shardings
+    from reterm_jax.train.step import BATCH_KEYS, make_train_step
+
+    mesh = make_mesh(**cfg.mesh)
+    config = plan_model_config(cfg.model)
+    abstract = abstract_model(config, jnp.dtype(cfg.model.dtype), jnp.dtype(cfg.model.param_dtype))
+    abstract.model.remat = remat_policy(cfg.model.remat)  # as train/state.py abstract_params does
+    abstract.model.scan_layers = scan_layers
+    graphdef, abs_state = nnx.split(abstract, nnx.Param)
+    param_sh = nnx.to_pure_dict(state_shardings(abs_state, mesh))
+    abs_params = nnx.to_pure_dict(abs_state)
+    tx, schedule = _optimizer(cfg)
+    shardings = train_state_shardings(tx, abs_params, param_sh, mesh)
+    state = abstract_train_state(abs_params, tx, shardings)
+    shape = (cfg.train.batch_size, cfg.data.seq_len)
+    batch = {k: jax.ShapeDtypeStruct(shape, jnp.bool_ if k == "target_mask" else jnp.int32,
+                                     sharding=batch_sharding(mesh)) for k in BATCH_KEYS}
+    step = make_train_step(graphdef, tx, schedule, micro_batches=cfg.train.micro_batches, mesh=mesh,
+                           shardings=shardings)
+    t0 = time.perf_counter()
+    with jax.set_mesh(mesh):  # the decoder's row-sharding constraint needs the mesh in context
+        lowered = step.lower(state, batch)
+    t1 = time.perf_counter()
+    compiled = lowered.compile()
+    t2 = time.perf_counter()
+    ma = compiled.memory_analysis()
+    fields = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes", "temp_size_in_bytes",
+              "generated_code_size_in_bytes")
+    return dict({k: int(getattr(ma, k)) for k in fields}, lower_s=t1 - t0, compile_s=t2 - t1,
+                devices=mesh.size, scan_layers=scan_layers)
+
+
+def compile_in_subprocess(cfg, n_devices: int, scan_layers: bool = True, timeout: float | None = None) -> dict:
+    """aot_compile on `n_devices` fake CPU devices in a fresh interpreter (XLA_FLAGS has to be set
+    before jax is imported, so it cannot be this process)."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={n_devices}")
+    code = ("import json, sys, ml_collections; from reterm_jax.plan import aot_compile; "
+            "cfg = ml_collections.ConfigDict(json.loads(sys.stdin.read())); "
+            f"print('PLAN_RESULT ' + json.dumps(aot_compile(cfg, {scan_layers!r})))")
+    proc = subprocess.run([sys.executable, "-c", code], input=cfg.to_json(), env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("PLAN_RESULT ")]
+    if proc.returncode or not lines:
+        raise RuntimeError(f"AOT compile subprocess failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    return json.loads(lines[-1][len("PLAN_RESULT "):])
+
+
+# ------------------------------------------------------------------------------ report
+
+
+def report(cfg, n_devices: int, est: dict, hbm: float, compiled: dict | None = None) -> str:
+    gb = lambda x: f"{x / GB:9.2f} GB"
+    lines = [f"per-device memory plan: {n_devices} devices, mesh {est['mesh']}, remat={cfg.model.remat}, "
+             f"seq_len={cfg.data.seq_len}, batch={cfg.train.batch_size} in {cfg.train.micro_batches} "
+             f"micro-batches ({est['rows_per_device']} row(s) per device per micro-batch), "
+             f"dtype={cfg.model.dtype}, params {cfg.model.param_dtype}",
+             f"  parameters       {gb(est['params'])}",
+             f"  optimizer state  {gb(est['optimizer'])}   (Adam mu/nu, mu_dtype={cfg.optim.get('mu_dtype') or 'params'})",
+             f"  gradients        {gb(est['gradients'])}   (fp32 accumulator + one micro-batch + "
+             "unreduced embedding/head)",
+             f"  scan copy        {gb(est['scan_copy'])}   (stacked layer params + their stacked gradient)",
+             f"  activations      {gb(est['activations'])}   (saved {est['saved'] / GB:.2f} + working "
+             f"{est['working'] / GB:.2f})",
+             f"  logits           {gb(est['logits'])}   (fp32 logits, softmax, gradient)",
+             f"  train step total {gb(est['train_total'])}   of {hbm / GB:.0f} GB HBM "
+             f"({100 * est['train_total'] / hbm:.0f}%){'  DOES NOT FIT' if est['train_total'] > hbm else ''}"]
+    if "rollout_cache" in est:
+        lines += [f"  rollout caches   {gb(est['rollout_cache'])}   (KV + DeltaNet state of this device's rows)",
+                  f"  rollout total    {gb(est['rollout_total'])}   (params + caches; "
+                  f"{100 * est['rollout_total'] / hbm:.0f}% of HBM)"]
+    if compiled:
+        args_est = est["params"] + est["optimizer"] + est["batch"]
+        temp_est = est["gradients"] + est["scan_copy"] + est["activations"] + est["logits"]
+        lines += [f"XLA memory_analysis (AOT, {compiled['devices']} fake CPU devices, scan_layers="
+                  f"{compiled['scan_layers']}; lower {compiled['lower_s']:.1f} s, compile {compiled['compile_s']:.1f} s):",
+                  f"  arguments        {gb(compiled['argument_size_in_bytes'])}   estimate {gb(args_est)}  "
+                  f"ratio {compiled['argument_size_in_bytes'] / args_est:.3f}",
+                  f"  outputs          {gb(compiled['output_size_in_bytes'])}   (aliased {compiled['alias_size_in_bytes'] / GB:.2f} GB: donated state)",
+                  f"  temp             {gb(compiled['temp_size_in_bytes'])}   estimate {gb(temp_est)}  "
+                  f"ratio {compiled['temp_size_in_bytes'] / temp_est:.3f}",
+                  f"  generated code   {gb(compiled['generated_code_size_in_bytes'])}"]
+        total = compiled["argument_size_in_bytes"] + compiled["output_size_in_bytes"] \
+            - compiled["alias_size_in_bytes"] + compiled["temp_size_in_bytes"]
+        lines.append(f"  total            {gb(total)}   estimate {gb(args_est + temp_est)}  "
+                     f"ratio {total / (args_est + temp_est):.3f}")
+    return "\n".join(lines)
+
+
+def _hbm(value: str) -> float:
+    if value.lower() in HBM:
+        return HBM[value.lower()]
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"--hbm={value!r}: a byte count (e.g. 141e9) or one of {sorted(HBM)}") from None
+
+
+def main(argv):
+    from absl import app
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments {argv[1:]}")
+    cfg = FLAGS.config
+    if cfg is None:
+        raise app.UsageError("--config is required, e.g. --config=configs/sft.py:qwen3_5_9b")
+    n = FLAGS.devices
+    if FLAGS.preset:
+        cfg = apply_preset(cfg, FLAGS.preset, n)
+    rollout = cfg.get("rollout", {})
+    rollout_batch = FLAGS.rollout_batch if FLAGS.rollout_batch is not None else \
+        rollout.get("group_size", 0) * rollout.get("collect_batch", 1)
+    rollout_len = FLAGS.rollout_len or rollout.get("max_tokens", 0) or cfg.data.seq_len
+    est = estimate(cfg, n, rollout_batch=rollout_batch, rollout_len=rollout_len, scan_layers=FLAGS.scan_layers)
+    compiled = compile_in_subprocess(cfg, n, FLAGS.scan_layers) if FLAGS.compile else None
+    print(report(cfg, n, est, _hbm(FLAGS.hbm), compiled))
+
+
+if __name__ == "__main__":
+    from absl import app, flags
+    from ml_collections import config_flags
+    config_flags.DEFINE_config_file("config", None, "Train config, e.g. configs/sft.py:qwen3_5_9b")
+    flags.DEFINE_integer("devices", 8, "Devices of the target mesh (fake CPU devices with --compile).")
+    flags.DEFINE_string("preset", "", "Sharding preset (reterm_jax.parallel.presets): fsdp | fsdp_tp.")
+    flags.DEFINE_bool("compile", False, "Also AOT-compile the train step on fake CPU devices and print "
+                      "XLA's memory_analysis next to the estimate.")
+    flags.DEFINE_bool("scan_layers", True, "Compile with the decoder scanned over blocks (bounded compile time).")
+    flags.DEFINE_string("hbm", "h200", f"Device memory: bytes or one of {sorted(HBM)}.")
+    flags.DEFINE_integer("rollout_batch", None, "Sequences in a rollout batch (G x groups); "
+                         "default config.rollout.group_size x collect_batch, or 0 (none).")
+    flags.DEFINE_integer("rollout_len", 0, "Tokens per rollout sequence; default config.rollout.max_tokens.")
+    FLAGS = flags.FLAGS
+    app.run(main)

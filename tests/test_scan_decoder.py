@@ -1,0 +1,140 @@
+"""scan_layers=True (layers as a lax.scan over repeated blocks) computes what the Python loop does.
+
+fp32, a tiny config with 8 layers = 2 blocks of [DeltaNet x3, attention]; logits and gradients
+with and without remat, on packed rows with padding; the cache path; the parameter tree.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from reterm_jax.model.cache import init_cache
+from reterm_jax.model.config import Qwen3_5Config
+from reterm_jax.model.decoder import Qwen3_5ForCausalLM
+from reterm_jax.model.scan import block_period
+
+CFG = Qwen3_5Config.tiny(num_hidden_layers=8)
+
+
+def _models(remat=False):
+    loop = Qwen3_5ForCausalLM(CFG, remat=remat, rngs=nnx.Rngs(0))
+    scan = Qwen3_5ForCausalLM(CFG, remat=remat, scan_layers=True, rngs=nnx.Rngs(1))
+    nnx.update(scan, nnx.state(loop, nnx.Param))
+    return loop, scan
+
+
+def _packed_batch():
+    """Two rows: three packed segments (one crossing the 64-token delta-rule chunk), and a
+    left-padded row with trailing padding."""
+    t = 80
+    rng = np.random.default_rng(0)
+    ids = rng.integers(2, CFG.vocab_size, (2, t))
+    seg = np.zeros((2, t), np.int32)
+    seg[0, :20], seg[0, 20:70], seg[0, 70:76] = 1, 2, 3
+    seg[1, 5:74] = 1
+    pos = np.zeros((2, t), np.int32)
+    for r in range(2):
+        for s in np.unique(seg[r][seg[r] > 0]):
+            where = np.flatnonzero(seg[r] == s)
+            pos[r, where] = np.arange(len(where))
+    targets = np.roll(ids, -1, axis=1)
+    mask = (seg != 0) & (np.roll(seg, -1, axis=1) == seg)
+    return [jnp.asarray(x) for x in (ids, pos, seg, targets, mask)]
+
+
+def _loss(model, ids, pos, seg, targets, mask):
+    logits = model(ids, positions=pos, segment_ids=seg)
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+    return jnp.sum(ce * mask) / jnp.sum(mask), logits
+
+
+def test_block_period():
+    assert block_period(Qwen3_5Config.qwen3_5_9b().layer_types) == 4
+    assert block_period(CFG.layer_types) == 4
+    assert block_period(("full_attention",) * 3) == 1
+    with pytest.raises(ValueError, match="repeats none"):
+        block_period(("linear_attention", "full_attention", "linear_attention"))
+    with pytest.raises(ValueError, match="scan_layers=False"):
+        Qwen3_5ForCausalLM(Qwen3_5Config.tiny(num_hidden_layers=3,
+                                              layer_types=("linear_attention",) * 2 + ("full_attention",)),
+                           scan_layers=True)
+
+
+@pytest.mark.parametrize("remat", [False, True], ids=["plain", "remat"])
+def test_scan_equals_loop_logits_and_grads(remat):
+    loop, scan = _models(remat)
+    batch = _packed_batch()
+    grad_fn = nnx.jit(nnx.value_and_grad(_loss, has_aux=True))
+    (l_loop, logits_loop), g_loop = grad_fn(loop, *batch)
+    (l_scan, logits_scan), g_scan = grad_fn(scan, *batch)
+    np.testing.assert_allclose(np.asarray(logits_scan), np.asarray(logits_loop), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(float(l_scan), float(l_loop), rtol=1e-6)
+    flat_loop, flat_scan = nnx.to_flat_state(g_loop), nnx.to_flat_state(g_scan)
+    assert [p for p, _ in flat_loop] == [p for p, _ in flat_scan]  # same per-layer tree
+    for (path, a), (_, b) in zip(flat_loop, flat_scan):
+        a, b = np.asarray(a[...]), np.asarray(b[...])
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6 * max(1.0, np.abs(a).max()), err_msg=str(path))
+    assert float(optax.tree.norm(nnx.to_pure_dict(g_scan))) > 0
+
+
+def test_scan_with_remat_policy_and_bf16_compute():
+    """A checkpoint policy and bf16 compute on fp32 params (kernels are cast before stacking)."""
+    kw = dict(dtype=jnp.bfloat16, remat=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
+    loop = Qwen3_5ForCausalLM(CFG, rngs=nnx.Rngs(0), **kw)
+    scan = Qwen3_5ForCausalLM(CFG, scan_layers=True, rngs=nnx.Rngs(0), **kw)
+    batch = _packed_batch()
+    grad_fn = nnx.jit(nnx.value_and_grad(_loss, has_aux=True))
+    (l_loop, logits_loop), g_loop = grad_fn(loop, *batch)
+    (l_scan, logits_scan), g_scan = grad_fn(scan, *batch)
+    # same ops in the same order; only XLA's fusion choices can differ in bf16
+    np.testing.assert_allclose(np.asarray(logits_scan), np.asarray(logits_loop), rtol=0, atol=2e-2)
+    for (path, a), (_, b) in zip(nnx.to_flat_state(g_loop), nnx.to_flat_state(g_scan)):
+        assert b[...].dtype == jnp.float32
+        a, b = np.asarray(a[...]), np.asarray(b[...])
+        assert np.abs(b - a).max() <= 5e-2 * max(1e-3, np.abs(a).max()), path
+
+
+def test_cache_path_equals_loop():
+    """With a cache the layers run as the loop (documented); results equal the loop model."""
+    loop, scan = _models()
+    ids = jnp.asarray(np.random.default_rng(3).integers(2, CFG.vocab_size, (2, 12)), jnp.int32)
+    step = nnx.jit(lambda m, x, c: m(x, cache=c))
+    outs = []
+    for model in (loop, scan):
+        cache = init_cache(CFG, 2, 16)
+        a, cache = step(model, ids[:, :10], cache)
+        b, cache = step(model, ids[:, 10:], cache)
+        outs.append(np.concatenate([np.asarray(a), np.asarray(b)], axis=1))
+    np.testing.assert_allclose(outs[1], outs[0], rtol=0, atol=1e-6)
+    full = nnx.jit(lambda m, x: m(x))(scan, ids)  # the scanned full forward agrees with the cache
+    np.testing.assert_allclose(np.asarray(full), outs[1], rtol=0, atol=1e-4)
+
+
+def test_scan_flag_is_static_on_an_abstract_model():
+    """What train/state.py would do: set the flag on the abstract model; the graphdef carries it."""
+    from reterm_jax.model.hf_io import abstract_model
+    abstract = abstract_model(CFG)
+    abstract.model.scan_layers = True
+    graphdef, params = nnx.split(abstract, nnx.Param)
+    concrete = Qwen3_5ForCausalLM(CFG, rngs=nnx.Rngs(0))
+    model = nnx.merge(graphdef, nnx.state(concrete, nnx.Param))
+    assert model.model.scan_layers
+    ids = jnp.ones((1, 8), jnp.int32)
+    np.testing.assert_allclose(np.asarray(model(ids)), np.asarray(concrete(ids)), rtol=0, atol=1e-5)
+
+
+def test_row_constraint_under_a_mesh_changes_nothing():
+    """Under `jax.set_mesh` the decoder constrains hidden states to the batch rule (rows over
+    data x fsdp; the planner measured what it saves); the numbers must not change."""
+    from reterm_jax.parallel.mesh import make_mesh
+    _, scan = _models()
+    ids, pos, seg, _, _ = _packed_batch()
+    forward = nnx.jit(lambda m, a, b, c: m(a, positions=b, segment_ids=c))
+    plain = np.asarray(forward(scan, ids, pos, seg))
+    with jax.set_mesh(make_mesh()):
+        constrained = np.asarray(nnx.jit(lambda m, a, b, c: m(a, positions=b, segment_ids=c))(scan, ids, pos, seg))
+    np.testing.assert_allclose(constrained, plain, rtol=0, atol=1e-6)
