@@ -32,7 +32,10 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c.init.checkpoint = ""          # SFT run's <workdir>/checkpoints (orbax) or an HF dir; empty + tiny:
     #                                 run configs/sft.py:tiny into <workdir>/sft first (reused if there)
     c.init.from_scratch = False     # True: random init (tests, synthetic env); no SFT
-    c.init.sft_steps = 0            # steps of that automatic SFT; 0 = configs/sft.py's default
+    # Steps of that automatic SFT (0 = configs/sft.py's 300). 1200 (~10 min on 2 cores, loss ~1e-3)
+    # makes the tiny model reproduce the demo recoveries often enough that GRPO groups carry
+    # signal; after 300 steps its commands are still garbled and every group gets reward 0.
+    c.init.sft_steps = 1200
 
     c.env = ml_collections.ConfigDict()
     c.env.kind = "docker"           # docker: Harbor tasks in sandboxes | synthetic: no Docker, known optimum
@@ -51,7 +54,7 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     # harness.Limits per attempt (the task's agent timeout also caps the wall clock). A recovery
     # attempt's context holds the failed attempt, so max_tokens covers both (<= train.seq_len).
     # Tiny: the demo data's failed attempts are ~1.1-1.4k tokens, its turns ~70 tokens (90%: ~200).
-    c.rollout.max_turns = 4
+    c.rollout.max_turns = 8         # the demo recoveries take 3-7 commands + the closing claim
     c.rollout.max_tokens = 3072
     c.rollout.max_new_tokens_per_turn = 256
     c.rollout.wall_clock_s = 300.0
@@ -149,7 +152,10 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
         c.optim.warmup_steps = 10
         c.optim.weight_decay = 0.1
         c.train.steps = 500
-        c.train.micro_batches = 128  # one 256k-token trajectory per micro-batch
+        # one 256k-token trajectory per data-parallel device per micro-batch: 128 rows / 16 = 8 rows
+        # for 8 devices (data x fsdp = 8); set 128 / (data x fsdp) on other meshes. Memory at 256k
+        # tokens a row: see `python -m reterm_jax.plan` and docs/grpo.md.
+        c.train.micro_batches = 16
         c.train.seq_len = 262_144    # >= the 256k budget (a multiple of 1024)
         c.checkpoint.every = 20
     return c

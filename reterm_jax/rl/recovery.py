@@ -4,7 +4,7 @@
     producer = RecoveryProducer(bank, tasks, sampler, tokenizer, RecoveryConfig(group_size=8))
     group = producer.produce(version, params, key)     # or run by RolloutWorkers in a thread
 
-Where the bank's failures come from (`RecoveryConfig.seed`):
+Where the bank's failures come from (`RecoveryConfig.failures_from`):
   "policy"          fresh attempts of the current policy on the tasks; its failures (verified on a
                     clone, reward < threshold) are banked with their exact tokens (the method);
   "fault_commands"  before the first group (the trainer calls `seed_from_faults()` once), each task's scripted `[reterm] fault_commands` attempt
