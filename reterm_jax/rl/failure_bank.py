@@ -41,7 +41,6 @@ import shutil
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import docker
@@ -50,7 +49,7 @@ import numpy as np
 from reterm_jax.sandbox import labels
 from reterm_jax.sandbox.client import SandboxError, get_client, retry
 from reterm_jax.sandbox.sandbox import DockerSandbox, Limits
-from reterm_jax.sandbox.snapshots import commit_image
+from reterm_jax.sandbox.snapshots import commit_image, start_sandboxes
 from reterm_jax.sandbox.task import Task, load_task
 
 log = logging.getLogger(__name__)
@@ -375,22 +374,8 @@ class FailureBank:
                 return []
             task = self._task(meta["task_dir"])
             limits, pin = Limits.from_task(task), _Pin(self, entry_id)
-
-            def start(_):
-                return DockerSandbox(meta["image"], limits=limits, task=task, snapshot=pin)
-
-            results, errors = [], []
-            with ThreadPoolExecutor(max_workers=min(n, max_parallel)) as ex:
-                for f in [ex.submit(start, i) for i in range(n)]:
-                    try:
-                        results.append(f.result())
-                    except Exception as e:  # noqa: BLE001 - re-raised below after cleanup
-                        errors.append(e)
-            if errors:
-                for sb in results:
-                    sb.close()
-                raise errors[0]
-            return results
+            return start_sandboxes(lambda: DockerSandbox(meta["image"], limits=limits, task=task, snapshot=pin), n,
+                                   max_parallel=max_parallel)
         finally:
             self._pin(entry_id, -1)
 

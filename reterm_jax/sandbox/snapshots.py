@@ -31,6 +31,23 @@ _alive: list["Snapshot"] = []
 _flush_lock = threading.Lock()
 
 
+def start_sandboxes(start, n: int, *, max_parallel: int = 8) -> list:
+    """n sandboxes from `start()` in parallel threads, all or nothing: if one fails to start,
+    the others are closed and its error raised."""
+    results, errors = [], []
+    with ThreadPoolExecutor(max_workers=max(1, min(n, max_parallel))) as ex:
+        for f in [ex.submit(start) for _ in range(n)]:
+            try:
+                results.append(f.result())
+            except Exception as e:  # noqa: BLE001 - re-raised below after cleanup
+                errors.append(e)
+    if errors:
+        for sb in results:
+            sb.close()
+        raise errors[0]
+    return results
+
+
 class Snapshot:
     def __init__(self, image_id: str, source):
         self.image_id = image_id
@@ -53,23 +70,9 @@ class Snapshot:
         if n < 1:
             return []
 
-        def start(_):
-            return DockerSandbox(self.image_id, limits=self.limits, task=self.task, snapshot=self)
-
-        results = []
-        with ThreadPoolExecutor(max_workers=min(n, max_parallel)) as ex:
-            futures = [ex.submit(start, i) for i in range(n)]
-            errors = []
-            for f in futures:
-                try:
-                    results.append(f.result())
-                except Exception as e:  # noqa: BLE001 - re-raised below after cleanup
-                    errors.append(e)
-        if errors:
-            for sb in results:
-                sb.close()
-            raise errors[0]
-        return results
+        return start_sandboxes(
+            lambda: DockerSandbox(self.image_id, limits=self.limits, task=self.task, snapshot=self), n,
+            max_parallel=max_parallel)
 
     # -- ownership -----------------------------------------------------------------
     def _add_user(self, sandbox) -> None:

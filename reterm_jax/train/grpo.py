@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import glob
 import importlib.util
-import json
 import os
-import shutil
 
 import jax
 from absl import logging
@@ -28,7 +26,6 @@ from flax import nnx
 
 from reterm_jax.data import load_tokenizer, special_ids
 from reterm_jax.data.tokenizer import TINY_TOKENIZER_DIR
-from reterm_jax.model.hf_io import save_pretrained
 from reterm_jax.parallel.mesh import make_mesh
 from reterm_jax.rl.harness import Limits
 from reterm_jax.rl.policy_store import PolicyStore, device_copy
@@ -40,6 +37,7 @@ from reterm_jax.train.checkpointing import Checkpointer
 from reterm_jax.train.grpo_step import check_sampling, make_grpo_step, put_batch
 from reterm_jax.train.metrics import MetricsLogger
 from reterm_jax.train.optimizer import make_optimizer
+from reterm_jax.train.run_files import export_hf, write_run_files
 from reterm_jax.train.state import (abstract_params, abstract_train_state, create_train_state, init_params,
                                     parse_dtype, train_state_shardings)
 
@@ -264,7 +262,7 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
         start = 0
         warm = initial_params(config, workdir, model_config, mesh, abs_params, param_shardings)
         state = create_train_state(device_copy(warm), tx, shardings, seed=config.seed)
-        _write_run_files(config, model_config, workdir, ckpt.directory)
+        write_run_files(config, model_config, workdir, ckpt.directory)
     ref_params = None
     if config.loss.kl_coef > 0:  # the frozen reference: the warm start (reloaded on resume)
         ref_params = warm if warm is not None else initial_params(config, workdir, model_config, mesh, abs_params,
@@ -328,26 +326,6 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
     # ---- 6. export ---------------------------------------------------------------------------------------------
     hf_dir = None
     if config.train.export_hf and last == config.train.steps:
-        hf_dir = os.path.join(workdir, "hf")
-        save_pretrained(nnx.merge(graphdef, state.params), hf_dir, source=config.model.hf_path or None)
-        if not config.model.hf_path and jax.process_index() == 0:  # make the dir self-contained
-            for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
-                if os.path.exists(os.path.join(tokenizer_dir, name)):
-                    shutil.copyfile(os.path.join(tokenizer_dir, name), os.path.join(hf_dir, name))
-        logging.info("exported HF checkpoint to %s", hf_dir)
+        hf_dir = export_hf(config, graphdef, state.params, workdir, tokenizer_dir)
     return {"rewards": rewards, "losses": losses, "last_step": last, "hf_dir": hf_dir, "workdir": workdir,
             "resumed": resumed}
-
-
-def _write_run_files(config, model_config, workdir: str, ckpt_dir: str) -> None:
-    """The run's config and the model's HF config next to the checkpoints (for convert / eval)."""
-    if jax.process_index():
-        return
-    with open(os.path.join(workdir, "config.json"), "w") as fh:
-        fh.write(config.to_json_best_effort(indent=2))
-    if config.model.hf_path:
-        shutil.copyfile(os.path.join(config.model.hf_path, "config.json"), os.path.join(ckpt_dir, "config.json"))
-    else:
-        hf = dict(model_config.to_hf_text_dict(), architectures=["Qwen3_5ForCausalLM"])
-        with open(os.path.join(ckpt_dir, "config.json"), "w") as fh:
-            json.dump(hf, fh, indent=2)

@@ -9,23 +9,20 @@ killed run restarted with the same command continues exactly where it stopped.
 """
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import time
 
 import jax
 from absl import logging
-from flax import nnx
 
 from reterm_jax.data import BASH_TOOL, load_and_validate, load_tokenizer, sft_dataset
 from reterm_jax.data.tokenizer import TINY_TOKENIZER_DIR
-from reterm_jax.model.hf_io import save_pretrained
 from reterm_jax.parallel.mesh import make_mesh
 from reterm_jax.train import flops
 from reterm_jax.train.checkpointing import Checkpointer
 from reterm_jax.train.metrics import MetricsLogger
 from reterm_jax.train.optimizer import make_optimizer
+from reterm_jax.train.run_files import export_hf, write_run_files
 from reterm_jax.train.state import (abstract_params, abstract_train_state, create_train_state, init_params,
                                     train_state_shardings)
 from reterm_jax.train.step import make_train_step, put_batch
@@ -96,7 +93,7 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
         start = 0
         params = init_params(config.model, model_config, mesh, param_shardings, seed=config.seed)
         state = create_train_state(params, tx, shardings, seed=config.seed)
-        _write_run_files(config, model_config, workdir, ckpt.directory)
+        write_run_files(config, model_config, workdir, ckpt.directory)
 
     # ---- 4. the jitted step ---------------------------------------------------------------------
     train_step = make_train_step(graphdef, tx, schedule, micro_batches=config.train.micro_batches,
@@ -128,13 +125,7 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
     # ---- 6. export ---------------------------------------------------------------------------------
     hf_dir = None
     if config.train.export_hf and last == config.train.steps:
-        hf_dir = os.path.join(workdir, "hf")
-        save_pretrained(nnx.merge(graphdef, state.params), hf_dir, source=config.model.hf_path or None)
-        if not config.model.hf_path and jax.process_index() == 0:  # make the dir self-contained
-            for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
-                if os.path.exists(os.path.join(tokenizer_dir, name)):
-                    shutil.copyfile(os.path.join(tokenizer_dir, name), os.path.join(hf_dir, name))
-        logging.info("exported HF checkpoint to %s", hf_dir)
+        hf_dir = export_hf(config, graphdef, state.params, workdir, tokenizer_dir)
     return {"losses": losses, "last_step": last, "hf_dir": hf_dir, "workdir": workdir}
 
 
@@ -150,18 +141,3 @@ def _log(logger, losses, steps, fetched, tokens_per_sec, flops_per_token, peak, 
         scalars["mfu"] = flops.mfu(tokens_per_sec, flops_per_token, peak, n_devices)
         logger.write(steps[-1], {"tokens_per_sec": scalars["tokens_per_sec"], "mfu": scalars["mfu"]})
     logger.progress(steps[-1], scalars)
-
-
-def _write_run_files(config, model_config, workdir: str, ckpt_dir: str) -> None:
-    """The run's config (for the record) and the model's HF config next to the checkpoints
-    (so `python -m reterm_jax.convert --to=hf --checkpoint=<ckpt_dir>` needs nothing else)."""
-    if jax.process_index():
-        return
-    with open(os.path.join(workdir, "config.json"), "w") as fh:
-        fh.write(config.to_json_best_effort(indent=2))
-    if config.model.hf_path:
-        shutil.copyfile(os.path.join(config.model.hf_path, "config.json"), os.path.join(ckpt_dir, "config.json"))
-    else:
-        hf = dict(model_config.to_hf_text_dict(), architectures=["Qwen3_5ForCausalLM"])
-        with open(os.path.join(ckpt_dir, "config.json"), "w") as fh:
-            json.dump(hf, fh, indent=2)
