@@ -8,15 +8,13 @@ row, then process 1's), gives the same losses. Cross-process collectives on CPU 
 """
 from __future__ import annotations
 
-import json
-import os
-import socket
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from multiprocess_utils import process_env, result, run_processes
 from train_test_utils import ROOT, write_rows
 
 from reterm_jax.parallel.distributed import detected_launcher, explicit_settings, maybe_initialize
@@ -82,26 +80,7 @@ print("RESULT " + json.dumps({{"losses": losses}}), flush=True)
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _env(devices: int, **extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RETERM_COORDINATOR", "RETERM_NUM_PROCESSES",
-                                                                   "RETERM_PROCESS_ID", "SLURM_", "OMPI_"))}
-    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-               JAX_DEFAULT_MATMUL_PRECISION="highest", PYTHONPATH=ROOT, **extra)
-    return env
-
-
-def _result(stdout: str) -> dict:
-    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, "no RESULT line"
-    out = json.loads(lines[-1][len("RESULT "):])
-    out["losses"] = {int(k): v for k, v in out["losses"].items()}
-    return out
+_env, _result = process_env, result
 
 
 # --- which environments mean "several processes" (no JAX system is started here) -------------------
@@ -147,23 +126,7 @@ def two_process_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("multiprocess")
     data = write_rows(str(tmp / "rows.jsonl"), 12)
     workdir = tmp / "run"
-    coordinator = f"localhost:{_free_port()}"
-    script = WORKER.format(steps=STEPS)
-    procs = [subprocess.Popen(
-        [sys.executable, "-c", script, data, str(workdir)], cwd=ROOT, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        env=_env(2, RETERM_COORDINATOR=coordinator, RETERM_NUM_PROCESSES="2", RETERM_PROCESS_ID=str(i)))
-        for i in range(2)]
-    outputs = []
-    try:
-        for p in procs:
-            outputs.append(p.communicate(timeout=1200)[0])  # a hang guard, not a speed check
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    for i, (p, out) in enumerate(zip(procs, outputs)):
-        assert p.returncode == 0, f"process {i} failed (rc {p.returncode}):\n{out[-6000:]}"
+    outputs = run_processes(WORKER.format(steps=STEPS), [data, str(workdir)])
     return data, workdir, [_result(out) for out in outputs], outputs
 
 

@@ -8,6 +8,14 @@ The train step donates its input buffers, so the store keeps its OWN copy of the
 (`jnp.copy` of every leaf: same device and sharding, no host round trip); a worker that took
 (version, params) keeps using those arrays for its whole group even after later publishes.
 Thread-safe: publish and latest may run on different threads.
+
+Multi-process (jax.process_count() > 1): the trainer's params are sharded across processes, but
+each process samples with a FULL copy on its own devices. `publish` then gathers them
+(`host_local_copy`: a reshard to replicated over the trainer's mesh -- an all-gather, a
+collective every process runs at the same step -- keeping this process's first local device's
+copy). The cost is a full params all-gather per step (the 9B in bf16: ~18 GB arriving on every
+host, and transiently a full copy on each of its devices during the gather); single-process
+runs keep the plain device-side copy.
 """
 from __future__ import annotations
 
@@ -16,6 +24,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec
 
 
 def device_copy(params: Any) -> Any:
@@ -23,8 +32,29 @@ def device_copy(params: Any) -> Any:
     return jax.tree.map(lambda x: jnp.copy(x) if isinstance(x, jax.Array) else x, params)
 
 
+def host_local_copy(params: Any, device: jax.Device | None = None) -> Any:
+    """A full copy of every (possibly cross-process sharded) array leaf on one local device
+    (default: this process's first). A collective when a leaf spans processes: every process
+    must call it with the same tree."""
+    device = device if device is not None else jax.local_devices()[0]
+
+    def one(x):
+        if not isinstance(x, jax.Array):
+            return x
+        if x.is_fully_addressable:
+            return jax.device_put(x, device, may_alias=False)
+        full = jax.device_put(x, NamedSharding(x.sharding.mesh, PartitionSpec()))  # all-gather
+        shard = next((s for s in full.addressable_shards if s.device == device), full.addressable_shards[0])
+        return jax.device_put(shard.data, device, may_alias=False)
+    return jax.tree.map(one, params)
+
+
 class PolicyStore:
-    def __init__(self, version: int | None = None, params: Any = None):
+    """local: publish host-local full copies (`host_local_copy`) instead of same-sharding
+    copies; default: when this job has more than one process."""
+
+    def __init__(self, version: int | None = None, params: Any = None, *, local: bool | None = None):
+        self.local = jax.process_count() > 1 if local is None else bool(local)
         self._cond = threading.Condition()
         self._version: int | None = None
         self._params: Any = None
@@ -33,7 +63,7 @@ class PolicyStore:
 
     def publish(self, version: int, params: Any) -> None:
         """Store a copy of `params` as `version` (versions never go backwards)."""
-        copied = device_copy(params)
+        copied = host_local_copy(params) if self.local else device_copy(params)
         jax.block_until_ready(copied)  # the copy is done before the caller may donate the source
         with self._cond:
             if self._version is not None and version < self._version:

@@ -5,7 +5,9 @@ Layout under the checkpoint dir (one subdir per saved step, orbax's):
     <dir>/<step>/params      nnx pure dict of the model Params (what reterm_jax.convert reads)
     <dir>/<step>/opt_state   optax state
     <dir>/<step>/train       JSON: step, RNG key, the Grain data-iterator state, and the run's
-                             extra fields (GRPO: policy_version, the failure bank's cursor)
+                             extra fields (GRPO: policy_version, the failure bank's cursor);
+                             multi-process: also "data_iterators" / "process_extras", one
+                             entry per process (each reads its own shard / runs its own bank)
     <dir>/config.json        the model's HF config (so `convert --to=hf --checkpoint=<dir>` works)
 
 The data-iterator state is Grain's own `get_state()` dict, stored as JSON (what
@@ -42,9 +44,13 @@ class Checkpointer:
         return self.manager.latest_step()
 
     def save(self, step: int, state: TrainState, data_state: dict, *, force: bool = False,
-             extra: dict | None = None) -> bool:
+             extra: dict | None = None, process_extra: dict | None = None) -> bool:
         """Save when `step` is on the save interval (or `force`); returns whether it saved.
-        extra: more JSON fields for the `train` item (taken now, like the iterator state)."""
+        extra: more JSON fields for the `train` item (taken now, like the iterator state), the
+        same on every process. process_extra: JSON fields that differ per process (GRPO: the
+        failure bank's cursor); one process: stored like `extra`; several: gathered, like the
+        iterator states, into a "process_extras" list by process index (a collective), and
+        `restore(with_extra=True)` hands each process its own entry's fields."""
         # Our own interval test: orbax's should_save() also fires on the first step of a run.
         if not (force or step % self.save_every == 0):
             return False
@@ -58,6 +64,14 @@ class Checkpointer:
         if clash:
             raise ValueError(f"checkpoint extra fields {clash} would overwrite the train item's own")
         train.update(extra or {})
+        if process_extra is not None:
+            clash = sorted(set(process_extra) & (set(train) | {"process_extras"}))
+            if clash:
+                raise ValueError(f"checkpoint process_extra fields {clash} would overwrite other fields")
+            if jax.process_count() > 1:
+                train["process_extras"] = _from_every_process(process_extra)
+            else:
+                train.update(process_extra)
         return self.manager.save(step, args=ocp.args.Composite(
             params=ocp.args.StandardSave(state.params),
             opt_state=ocp.args.StandardSave(state.opt_state),
@@ -79,7 +93,10 @@ class Checkpointer:
         state = TrainState(step=put(step, target.step), params=out["params"],
                            opt_state=out["opt_state"], rng=put(train["rng"], target.rng))
         if with_extra:
-            extra = {k: v for k, v in train.items() if k not in ("step", "rng", "data_iterator", "data_iterators")}
+            extra = {k: v for k, v in train.items()
+                     if k not in ("step", "rng", "data_iterator", "data_iterators", "process_extras")}
+            if "process_extras" in train:
+                extra.update(_this_process({"data_iterators": train["process_extras"]}, f"{self.directory}/{step}"))
             return state, train["data_iterator"], extra
         return state, train["data_iterator"]
 

@@ -13,6 +13,13 @@ optimizer, step, RNG, the policy version, the failure bank's cursor and the stre
 Groups that were queued or in flight when the job stopped are not in the checkpoint (they
 were sampled by params that no longer matter); the workers sample fresh ones. The bank's cursor
 is taken at save time, so it includes entries handed to groups that were in flight then.
+
+Multi-host (several processes, see parallel/distributed.py): every process runs this same loop
+with its own workers, sandboxes and failure bank (<workdir>/failure_bank/process_<i>) and feeds
+groups_per_step / process_count groups per step; put_batch assembles the global batch. The
+PolicyStore hands each process a full host-local copy of the params (an all-gather per step),
+the workers' seeds fold in the process index, the stream stats are all-reduced before process 0
+logs them, and each process's stream state and bank cursor are checkpointed per process.
 """
 from __future__ import annotations
 
@@ -21,6 +28,7 @@ import importlib.util
 import os
 
 import jax
+import numpy as np
 from absl import logging
 from flax import nnx
 
@@ -34,7 +42,7 @@ from reterm_jax.rl.sampling import SamplingParams
 from reterm_jax.rl.stream import GroupStream, StreamConfig
 from reterm_jax.rl.workers import RolloutWorkers
 from reterm_jax.train.checkpointing import Checkpointer
-from reterm_jax.train.grpo_step import check_sampling, make_grpo_step, put_batch
+from reterm_jax.train.grpo_step import check_sampling, make_grpo_step, put_batch, row_sharding
 from reterm_jax.train.metrics import MetricsLogger
 from reterm_jax.train.optimizer import make_optimizer
 from reterm_jax.train.run_files import export_hf, write_run_files
@@ -72,8 +80,10 @@ def check_config(config, n_data_parallel: int) -> None:
         raise ValueError(f"each micro-batch ({rows // t.micro_batches} rows) must split evenly over the "
                          f"{n_data_parallel} data-parallel devices; change stream.groups_per_step, "
                          "rollout.group_size, train.micro_batches or the mesh")
-    if jax.process_count() > 1:
-        raise ValueError("GRPO runs its rollout workers in one process: multi-host training is not supported yet")
+    if s.groups_per_step % jax.process_count():
+        raise ValueError(f"stream.groups_per_step={s.groups_per_step} must be a multiple of the "
+                         f"{jax.process_count()} processes: each process samples groups_per_step / "
+                         f"{jax.process_count()} groups per step with its own rollout workers")
     if config.env.kind == "docker":
         if not config.env.tasks:
             raise ValueError("env.tasks is empty: pass --config.env.tasks='DIR/*' (Harbor task dirs)")
@@ -86,6 +96,61 @@ def check_config(config, n_data_parallel: int) -> None:
             raise ValueError(f"synthetic prompt + target = {n} tokens > train.seq_len={t.seq_len}")
     if config.loss.kl_coef < 0:
         raise ValueError(f"loss.kl_coef={config.loss.kl_coef} must be >= 0")
+
+
+def check_rows_per_process(mesh, rows: int) -> None:
+    """Multi-process: each process feeds its own rows, so the batch's data-parallel sharding must
+    give every process exactly rows / process_count distinct rows (the data / fsdp axes must span
+    the processes, as make_mesh's default device order does)."""
+    n = jax.process_count()
+    if n == 1:
+        return
+    index = row_sharding(mesh, 2).addressable_devices_indices_map((rows, 1))
+    local = set()
+    for idx in index.values():
+        local.update(range(*idx[0].indices(rows)))
+    if len(local) != rows // n:
+        raise ValueError(f"mesh {dict(mesh.shape)}: this process's devices hold {len(local)} of the {rows} batch rows, "
+                         f"not {rows // n}: the data-parallel axes (data x fsdp) must be split across the "
+                         f"{n} processes (each process feeds the rows its own workers sampled)")
+
+
+def rollout_seed(seed: int, start: int) -> int:
+    """The workers' / stream's seed: seed + start on process 0 (a single process as before), a
+    different stream per process otherwise (each process samples its own rollouts)."""
+    p = jax.process_index()
+    if p == 0:
+        return seed + start
+    return int(np.random.SeedSequence([seed + start, p]).generate_state(1)[0] >> 1)
+
+
+def bank_directory(workdir: str) -> str:
+    """<workdir>/failure_bank; per process in a multi-process job (each host's Docker holds its
+    own images): <workdir>/failure_bank/process_<i>."""
+    d = os.path.join(workdir, "failure_bank")
+    return os.path.join(d, f"process_{jax.process_index()}") if jax.process_count() > 1 else d
+
+
+# stream stats combined across processes: counts (and throughput) are summed, maxima maxed, the
+# rest (means, rates, the batch counter) averaged with one weight per process
+_SUMMED = ("groups_seen", "groups_used", "groups_filtered", "groups_too_few_valid", "groups_stale", "groups_padded",
+           "members_invalid", "members_overlong", "sandbox_errors", "trajectories", "rollout_groups_per_s",
+           "worker_errors")
+_MAXED = ("staleness_max",)
+
+
+def all_reduce_stats(scalars: dict) -> dict:
+    """The per-process stream stats combined over the job (a collective; identity on one process)."""
+    if jax.process_count() == 1:
+        return scalars
+    from jax.experimental import multihost_utils
+    keys = sorted(scalars)
+    rows = np.asarray(multihost_utils.process_allgather(np.asarray([scalars[k] for k in keys], np.float32)))
+    out = {}
+    for i, k in enumerate(keys):
+        col = rows[:, i].astype(np.float64)
+        out[k] = float(col.sum() if k in _SUMMED else col.max() if k in _MAXED else col.mean())
+    return out
 
 
 # ---- warm start -------------------------------------------------------------------------------------
@@ -192,17 +257,19 @@ def make_producers(config, workdir, sampler, tokenizer, n: int):
     if not dirs:
         raise ValueError(f"env.tasks={env.tasks!r} matches no task directories")
     tasks = [load_task(d, require_solution=False) for d in dirs]
-    bank = FailureBank(os.path.join(workdir, "failure_bank"), max_entries=config.bank.max_entries,
-                       max_age_s=config.bank.max_age_s, max_bytes=int(config.bank.max_bytes), seed=config.seed)
+    bank = FailureBank(bank_directory(workdir), max_entries=config.bank.max_entries,
+                       max_age_s=config.bank.max_age_s, max_bytes=int(config.bank.max_bytes),
+                       seed=rollout_seed(config.seed, 0))
     limits = Limits(max_turns=r.max_turns, max_tokens=r.max_tokens, max_new_tokens_per_turn=r.max_new_tokens_per_turn,
                     wall_clock_s=r.wall_clock_s, command_timeout_s=r.command_timeout_s)
-    producers = []
+    producers, first = [], jax.process_index() * n  # processes start on different tasks too
     for i in range(n):
         cfg = RecoveryConfig(group_size=r.group_size, limits=limits, sampling=sampling, threshold=env.threshold,
                              min_failures=config.bank.min_failures, explore=r.explore,
-                             collect_batch=r.collect_batch, seed=config.seed + i,
+                             collect_batch=r.collect_batch, seed=rollout_seed(config.seed, 0) + i,
                              failures_from=config.bank.failures_from)
-        producers.append(RecoveryProducer(bank, tasks[i:] + tasks[:i], sampler, tokenizer, cfg))
+        j = (first + i) % len(tasks)
+        producers.append(RecoveryProducer(bank, tasks[j:] + tasks[:j], sampler, tokenizer, cfg))
     if config.bank.failures_from == "fault_commands":
         producers[0].seed_from_faults()  # once, before any worker starts (tasks already seeded are skipped)
     logging.info("%d tasks from %s; failure bank %s holds %d entries", len(tasks), env.tasks, bank.directory, len(bank))
@@ -210,8 +277,9 @@ def make_producers(config, workdir, sampler, tokenizer, n: int):
 
 
 def stream_config(config, pad_id: int) -> StreamConfig:
+    """This process's stream: groups_per_step / process_count groups per step (its rows of the batch)."""
     s = config.stream
-    return StreamConfig(groups_per_step=s.groups_per_step, group_size=config.rollout.group_size,
+    return StreamConfig(groups_per_step=s.groups_per_step // jax.process_count(), group_size=config.rollout.group_size,
                         seq_len=config.train.seq_len, pad_id=pad_id, max_staleness=s.max_staleness,
                         staleness_mode=s.staleness_mode, stale_weight=s.stale_weight, min_valid=s.min_valid,
                         dynamic_sampling=s.dynamic_sampling, signal=s.signal,
@@ -224,11 +292,12 @@ def stream_config(config, pad_id: int) -> StreamConfig:
 def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
     """Runs (or resumes) GRPO. stop_at_step: return after that step, as if preempted there.
     Returns {"rewards": {step: reward mean}, "losses": {step: loss}, "last_step", "hf_dir", "workdir",
-    "resumed": {"step", "policy_version", "bank"} or None}."""
+    "resumed": {"step", "policy_version", "bank"} or None, "policy_version": the last published}."""
     # ---- 1. mesh, tokenizer --------------------------------------------------------------------------
     check_sections(config)
     mesh = make_mesh(**config.mesh)
     check_config(config, mesh.shape["data"] * mesh.shape["fsdp"])
+    check_rows_per_process(mesh, config.stream.groups_per_step * config.rollout.group_size)
     workdir = os.path.abspath(workdir)
     os.makedirs(workdir, exist_ok=True)
     tokenizer_dir = config.model.hf_path or TINY_TOKENIZER_DIR
@@ -254,6 +323,7 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
     if start is not None:
         state, stream_state, extra = ckpt.restore(start, abstract_train_state(abs_params, tx, shardings),
                                                   with_extra=True)
+        # extra["bank"]: this process's failure-bank cursor (per process in a multi-process job)
         resumed = {"step": start, "policy_version": extra.get("policy_version", start), "bank": extra.get("bank"),
                    "stream": stream_state}
         logging.info("resumed from %s at step %d (policy version %d)", ckpt.directory, start,
@@ -276,10 +346,11 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
                       pad_id=ids.pad if ids.pad < vocab else 0, max_length=config.rollout.cache_length)
     n_workers = config.rollout.workers
     producers, bank = make_producers(config, workdir, sampler, tokenizer, max(1, n_workers))
-    workers = RolloutWorkers(producers, store, queue_size=config.stream.queue_size, seed=config.seed + start) \
+    seed = rollout_seed(config.seed, start)  # the process index folded in: each process samples its own
+    workers = RolloutWorkers(producers, store, queue_size=config.stream.queue_size, seed=seed) \
         if n_workers > 0 else None
     stream = GroupStream(workers if workers is not None else producers[0],
-                         stream_config(config, sampler.pad_id), store=store, seed=config.seed + start)
+                         stream_config(config, sampler.pad_id), store=store, seed=seed)
     stream.set_version(version)
 
     # ---- 4. the jitted step -------------------------------------------------------------------------------
@@ -303,12 +374,13 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
             state, metrics = train_step(state, put_batch(raw, mesh), ref_params)
             store.publish(step, state.params)  # version = optimizer steps applied
             stream.set_version(step)
-            extra = {"policy_version": step, "bank": bank.state() if bank is not None else None}
-            ckpt.save(step, state, data_iter.get_state(), force=step == last, extra=extra)
-            scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
-            scalars.update({k: float(v) for k, v in stats.items()})
+            ckpt.save(step, state, data_iter.get_state(), force=step == last, extra={"policy_version": step},
+                      process_extra={"bank": bank.state() if bank is not None else None})
+            rollout = {k: float(v) for k, v in stats.items()}
             if workers is not None:
-                scalars["worker_errors"] = float(workers.snapshot_counters()["errors"])
+                rollout["worker_errors"] = float(workers.snapshot_counters()["errors"])
+            scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
+            scalars.update(all_reduce_stats(rollout))  # summed / averaged over the processes
             losses[step], rewards[step] = scalars["loss"], scalars["reward_mean"]
             logger.write(step, scalars)
             if step % config.train.log_every == 0 or step in (start + 1, last):
@@ -328,4 +400,4 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
     if config.train.export_hf and last == config.train.steps:
         hf_dir = export_hf(config, graphdef, state.params, workdir, tokenizer_dir)
     return {"rewards": rewards, "losses": losses, "last_step": last, "hf_dir": hf_dir, "workdir": workdir,
-            "resumed": resumed}
+            "resumed": resumed, "policy_version": store.version}
