@@ -6,7 +6,7 @@
 #   python -m reterm_jax.train --config=configs/grpo.py
 # which warm-starts from Recovery SFT on the bundled demo data (run first, into
 # <workdir>/sft), seeds the failure bank, trains on verified recovery groups branched from
-# it in Docker, and ends in an HF export under <workdir>/hf. CPU only; ~25-35 minutes.
+# it in Docker, and ends in an HF export under <workdir>/hf. CPU only; ~15-25 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
