@@ -42,7 +42,8 @@ from reterm_jax.rl.sampling import SamplingParams
 from reterm_jax.rl.stream import GroupStream, StreamConfig
 from reterm_jax.rl.workers import RolloutWorkers
 from reterm_jax.train.checkpointing import Checkpointer
-from reterm_jax.train.grpo_step import check_sampling, make_grpo_step, put_batch, row_sharding
+from reterm_jax.train.grpo_step import check_sampling, make_grpo_step, put_batch
+from reterm_jax.train.step import row_sharding
 from reterm_jax.train.metrics import MetricsLogger
 from reterm_jax.train.optimizer import make_optimizer
 from reterm_jax.train.run_files import export_hf, write_run_files

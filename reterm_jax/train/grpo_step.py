@@ -25,11 +25,13 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh
 
 from reterm_jax.rl.grpo_loss import ppo_loss_sums, token_entropy_sum
 from reterm_jax.rl.sampling import SamplingParams, token_logprobs
-from reterm_jax.train.state import TrainState, batch_sharding, replicated
+from reterm_jax.train.state import TrainState, replicated
+from reterm_jax.train.step import accumulate, row_sharding
+from reterm_jax.train.step import put_batch as put_rows
 
 BATCH_KEYS = ("tokens", "positions", "segment_ids", "targets", "loss_mask", "old_logprobs", "advantages", "weights")
 # metric sums ppo_loss_sums returns (over masked tokens), divided by the token count after the scan
@@ -70,46 +72,12 @@ def grpo_loss_sums(graphdef, params, mb: dict, ref_params, *, sampling: Sampling
     return loss_sum, (count, sums)
 
 
-def row_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
-    """[B, ...] arrays of any rank >= 1: rows over the data-parallel axes (the "batch" rule)."""
-    spec = tuple(batch_sharding(mesh, max(ndim, 2)).spec) + (None,) * max(ndim, 2)
-    return NamedSharding(mesh, PartitionSpec(*spec[:ndim]))
-
-
-def _micro_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
-    """[k, B/k, ...]: the micro-batch axis unsharded, rows as in the "batch" rule."""
-    return NamedSharding(mesh, PartitionSpec(None, *row_sharding(mesh, ndim).spec))
-
-
-def split_micro_batches(batch: dict, k: int, mesh: Mesh) -> dict:
-    """[B, ...] -> [k, B/k, ...]; slice j takes rows j, j+k, ... (each device keeps its rows)."""
-    def split(x):
-        x = x.reshape(x.shape[0] // k, k, *x.shape[1:]).swapaxes(0, 1)
-        return jax.lax.with_sharding_constraint(x, _micro_sharding(mesh, x.ndim - 1))
-    return {key: split(batch[key]) for key in BATCH_KEYS}
-
-
 def accumulate_grpo_gradients(graphdef, params, batch: dict, ref_params, *, micro_batches: int, mesh: Mesh,
                               sampling: SamplingParams, loss_cfg):
     """(grads of the token-mean objective, objective sum, token count, metric sums)."""
-    def sum_with_aux(p, mb):  # differentiate the objective *sum*; aux = (that sum, count, metric sums)
-        s, (c, sums) = grpo_loss_sums(graphdef, p, mb, ref_params, sampling=sampling, loss_cfg=loss_cfg)
-        return s, (s, c, sums)
-
-    def body(carry, mb):
-        grads, loss_sum, count, sums = carry
-        g, (s, c, mb_sums) = jax.grad(sum_with_aux, has_aux=True)(params, mb)
-        grads = jax.tree.map(lambda a, b: a + b.astype(jnp.float32), grads, g)
-        sums = {k: sums[k] + mb_sums[k] for k in sums}
-        return (grads, loss_sum + s, count + c, sums), None
-
-    micro = split_micro_batches(batch, micro_batches, mesh)
-    zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
-    scalar = jnp.zeros((), jnp.float32)
-    init_sums = {k: scalar for k in (*STAT_KEYS, "entropy")}
-    (grads, loss_sum, count, sums), _ = jax.lax.scan(body, (zeros, scalar, scalar, init_sums), micro)
-    scale = 1.0 / jnp.maximum(count, 1.0)  # the one division: exact token mean
-    return jax.tree.map(lambda g: g * scale, grads), loss_sum, count, sums
+    def loss_fn(p, mb):
+        return grpo_loss_sums(graphdef, p, mb, ref_params, sampling=sampling, loss_cfg=loss_cfg)
+    return accumulate(loss_fn, params, batch, micro_batches, mesh, keys=BATCH_KEYS, aux_keys=(*STAT_KEYS, "entropy"))
 
 
 def grpo_metrics(loss_sum, count, sums: dict) -> dict:
@@ -174,6 +142,5 @@ def make_grpo_step(graphdef, tx: optax.GradientTransformation, schedule: optax.S
 
 
 def put_batch(batch: dict, mesh: Mesh) -> dict:
-    """This process's numpy rows -> global arrays sharded over the data-parallel axes."""
-    return {key: jax.make_array_from_process_local_data(row_sharding(mesh, batch[key].ndim), batch[key])
-            for key in BATCH_KEYS}
+    """This process's numpy rows of the GRPO batch -> global arrays over the data-parallel axes."""
+    return put_rows(batch, mesh, BATCH_KEYS)

@@ -3,7 +3,7 @@
     state, metrics = train_step(state, batch)      # batch: dict of [B, T] arrays on the mesh
 
 The global batch is split into `micro_batches` slices that lax.scan runs one after another
-(Levanter-style), summing per-token loss *sums*, target-token *counts* and the gradients of
+(Levanter-style; `accumulate`, shared with the GRPO step), summing per-token loss *sums*, target-token *counts* and the gradients of
 the sums; the one division by the total count happens after the scan. So k micro-batches of
 B/k rows give the same loss and gradients as one batch of B rows (up to float summation
 order), whatever number of target tokens each slice holds. The jit has explicit in/out
@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from reterm_jax.train.losses import mean_loss, token_cross_entropy
 from reterm_jax.train.state import TrainState, batch_sharding, replicated
@@ -32,41 +32,56 @@ def loss_sums(graphdef, params, batch) -> tuple[jax.Array, jax.Array]:
     return token_cross_entropy(logits, batch["targets"], batch["target_mask"])
 
 
-def split_micro_batches(batch: dict, k: int, sharding) -> dict:
-    """[B, T] -> [k, B/k, T]. Micro-batch j takes rows j, j+k, ...: each device's contiguous
+def row_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
+    """[B, ...] arrays of any rank >= 1: rows over the data-parallel axes (the "batch" rule)."""
+    spec = tuple(batch_sharding(mesh, max(ndim, 2)).spec) + (None,) * max(ndim, 2)
+    return NamedSharding(mesh, PartitionSpec(*spec[:ndim]))
+
+
+def split_micro_batches(batch: dict, k: int, mesh: Mesh, keys=BATCH_KEYS) -> dict:
+    """[B, ...] -> [k, B/k, ...]. Micro-batch j takes rows j, j+k, ...: each device's contiguous
     block of rows stays on that device (no data movement), and every slice is spread over
     all data-parallel devices."""
     def split(x):
         b = x.shape[0]
         x = x.reshape(b // k, k, *x.shape[1:]).swapaxes(0, 1)
-        return jax.lax.with_sharding_constraint(x, sharding)
-    return {key: split(batch[key]) for key in BATCH_KEYS}
+        micro = NamedSharding(mesh, PartitionSpec(None, *row_sharding(mesh, x.ndim - 1).spec))
+        return jax.lax.with_sharding_constraint(x, micro)
+    return {key: split(batch[key]) for key in keys}
+
+
+def accumulate(loss_fn, params, batch: dict, micro_batches: int, mesh: Mesh, *, keys=BATCH_KEYS,
+               aux_keys: tuple[str, ...] = ()):
+    """The one gradient-accumulation mechanism (SFT and GRPO). loss_fn(params, micro_batch) ->
+    (loss sum, (token count, {aux_key: sum})). Returns (grads of the token-mean loss, loss sum,
+    token count, aux sums): the sums are accumulated over a lax.scan of the micro-batches and
+    divided once, after it."""
+    def sum_with_aux(p, mb):  # differentiate the loss *sum*; aux = (that sum, count, aux sums)
+        s, (c, aux) = loss_fn(p, mb)
+        return s, (s, c, aux)
+
+    def body(carry, mb):
+        grads, loss_sum, count, sums = carry
+        g, (s, c, aux) = jax.grad(sum_with_aux, has_aux=True)(params, mb)
+        grads = jax.tree.map(lambda a, b: a + b.astype(jnp.float32), grads, g)
+        return (grads, loss_sum + s, count + c, {k: sums[k] + aux[k] for k in aux_keys}), None
+
+    micro = split_micro_batches(batch, micro_batches, mesh, keys)
+    zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+    scalar = jnp.zeros((), jnp.float32)
+    init = (zeros, scalar, scalar, {k: scalar for k in aux_keys})
+    (grads, loss_sum, count, sums), _ = jax.lax.scan(body, init, micro)
+    scale = 1.0 / jnp.maximum(count, 1.0)  # the one division: exact token mean
+    return jax.tree.map(lambda g: g * scale, grads), loss_sum, count, sums
 
 
 def accumulate_gradients(graphdef, params, batch: dict, micro_batches: int, mesh: Mesh):
     """(grads of the token-mean loss, loss sum, token count) over `micro_batches` slices."""
-    def sum_with_aux(p, mb):  # differentiate the loss *sum*; aux = (that sum, its token count)
+    def loss_fn(p, mb):
         s, c = loss_sums(graphdef, p, mb)
-        return s, (s, c)
-
-    def body(carry, mb):
-        grads, loss_sum, count = carry
-        g, (s, c) = jax.grad(sum_with_aux, has_aux=True)(params, mb)
-        grads = jax.tree.map(lambda a, b: a + b.astype(jnp.float32), grads, g)
-        return (grads, loss_sum + s, count + c), None
-
-    micro = split_micro_batches(batch, micro_batches, _micro_sharding(mesh))
-    zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
-    scalar = jnp.zeros((), jnp.float32)
-    (grads, loss_sum, count), _ = jax.lax.scan(body, (zeros, scalar, scalar), micro)
-    scale = 1.0 / jnp.maximum(count, 1.0)  # the one division: exact token mean
-    return jax.tree.map(lambda g: g * scale, grads), loss_sum, count
-
-
-def _micro_sharding(mesh: Mesh):
-    """[k, B/k, T]: the micro-batch axis unsharded, rows as in the "batch" rule."""
-    spec = batch_sharding(mesh).spec
-    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, *spec))
+        return s, (c, {})
+    grads, loss_sum, count, _ = accumulate(loss_fn, params, batch, micro_batches, mesh)
+    return grads, loss_sum, count
 
 
 def make_train_step(graphdef, tx: optax.GradientTransformation, schedule: optax.Schedule, *,
@@ -99,7 +114,7 @@ def make_train_step(graphdef, tx: optax.GradientTransformation, schedule: optax.
                    out_shardings=(shardings, replicated(mesh)), donate_argnums=(0,))
 
 
-def put_batch(batch: dict, mesh: Mesh) -> dict:
+def put_batch(batch: dict, mesh: Mesh, keys=BATCH_KEYS) -> dict:
     """This process's numpy rows -> global arrays sharded over the data-parallel axes."""
-    sharding = batch_sharding(mesh)
-    return {key: jax.make_array_from_process_local_data(sharding, batch[key]) for key in BATCH_KEYS}
+    return {key: jax.make_array_from_process_local_data(row_sharding(mesh, batch[key].ndim), batch[key])
+            for key in keys}
