@@ -26,6 +26,7 @@ from reterm_jax.rl.sampling import SamplingParams, token_logprobs
 from reterm_jax.rl.stream import GroupStream, StreamConfig, assess
 from reterm_jax.rl.trajectory import Trajectory
 from reterm_jax.rl.workers import RolloutWorkers, SyntheticProducer, match_fraction, sampler_with
+from rl_test_utils import tiny_sampler
 from test_rl_rollout import LocalShell
 
 PAD = 0
@@ -369,8 +370,7 @@ def test_retry_turn_text_matches_the_chat_template():
 def test_recovery_episode_continues_the_failed_tokens(tmp_path):
     tok = load_tokenizer()
     ids = special_ids(tok)
-    model = Qwen3_5ForCausalLM(Qwen3_5Config.tiny(vocab_size=len(tok)), rngs=nnx.Rngs(0))
-    sampler = Sampler(model, stop_ids=ids.stop, pad_id=ids.pad, max_length=1024, min_bucket=32)
+    sampler = tiny_sampler(tok, max_length=1024)
     limits = Limits.tiny(max_new_tokens_per_turn=64, max_tokens=1024)
     failed_turns = ["Write it.\n</think>\n\n" + bash_call_xml("echo nope > out.txt") + "<|im_end|>",
                     "Done.\n</think>\n\nThe task is complete.<|im_end|>"]

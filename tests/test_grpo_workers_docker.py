@@ -4,19 +4,17 @@ masks, and a sandbox killed mid-episode becomes a masked member."""
 import jax
 import numpy as np
 import pytest
-from flax import nnx
 
 from reterm_jax.data import load_tokenizer, special_ids
-from reterm_jax.model import Qwen3_5Config, Qwen3_5ForCausalLM
 from reterm_jax.rl import harness
 from reterm_jax.rl.failure_bank import FailureBank
 from reterm_jax.rl.harness import Limits, bash_call_xml
 from reterm_jax.rl.policy_store import PolicyStore
-from reterm_jax.rl.sampler import Sampler
 from reterm_jax.rl.stream import GroupStream, StreamConfig, assess
 from reterm_jax.rl.recovery import RecoveryConfig, RecoveryProducer
 from reterm_jax.rl.workers import RolloutWorkers
 from reterm_jax.sandbox import load_task
+from rl_test_utils import tiny_sampler
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -35,9 +33,7 @@ def tok():
 
 @pytest.fixture(scope="module")
 def sampler(tok):
-    model = Qwen3_5ForCausalLM(Qwen3_5Config.tiny(vocab_size=len(tok)), rngs=nnx.Rngs(0))
-    ids = special_ids(tok)
-    return Sampler(model, stop_ids=ids.stop, pad_id=ids.pad, max_length=2048, min_bucket=32)
+    return tiny_sampler(tok, max_length=2048)
 
 
 @pytest.fixture

@@ -4,17 +4,15 @@ from pathlib import Path
 
 import jax
 import pytest
-from flax import nnx
 
-from reterm_jax.data import load_tokenizer, special_ids
-from reterm_jax.model import Qwen3_5Config, Qwen3_5ForCausalLM
+from reterm_jax.data import load_tokenizer
 from reterm_jax.rl import harness
 from reterm_jax.rl.harness import bash_call_xml as xml_call
 from reterm_jax.rl.harness import Limits, format_observation, initial_messages
 from reterm_jax.rl.rollout import run_episodes
-from reterm_jax.rl.sampler import Sampler
 from reterm_jax.rl.sampling import SamplingParams
 from reterm_jax.sandbox import DockerSandbox, SandboxPool, load_task, verify
+from rl_test_utils import tiny_sampler
 
 pytestmark = pytest.mark.docker
 
@@ -28,9 +26,7 @@ def tok():
 
 @pytest.fixture(scope="module")
 def sampler(tok):
-    model = Qwen3_5ForCausalLM(Qwen3_5Config.tiny(vocab_size=len(tok)), rngs=nnx.Rngs(0))
-    ids = special_ids(tok)
-    return Sampler(model, stop_ids=ids.stop, pad_id=ids.pad, max_length=3072, min_bucket=32)
+    return tiny_sampler(tok, max_length=3072)
 
 
 @pytest.fixture(scope="module")

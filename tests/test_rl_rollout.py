@@ -12,16 +12,16 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from reterm_jax.data import encode_example, load_tokenizer, render_text, special_ids
+from reterm_jax.data import encode_example, load_tokenizer, render_text
 from reterm_jax.data.schema import validate_row
 from reterm_jax.model import Qwen3_5Config, Qwen3_5ForCausalLM
 from reterm_jax.rl import harness
 from reterm_jax.rl.harness import bash_call_xml as xml_call
 from reterm_jax.rl.harness import Limits, initial_messages
 from reterm_jax.rl.rollout import PrefixInvariantError, check_prefix, run_episodes
-from reterm_jax.rl.sampler import Sampler
 from reterm_jax.rl.sampling import SamplingParams, token_logprobs
 from reterm_jax.sandbox import ExecResult, VerifyResult
+from rl_test_utils import tiny_sampler
 
 
 class LocalShell:
@@ -52,8 +52,7 @@ def model(tok):
 
 @pytest.fixture(scope="module")
 def sampler(model, tok):
-    ids = special_ids(tok)
-    return Sampler(model, stop_ids=ids.stop, pad_id=ids.pad, max_length=2048, min_bucket=32)
+    return tiny_sampler(tok, max_length=2048, model=model)
 
 
 SCRIPTS = [
