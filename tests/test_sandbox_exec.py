@@ -92,8 +92,7 @@ def test_background_fork_bomb_stays_inside_its_pids_limit(docker_client):
     # still be closed. (Its own later commands may fail for want of a pid.)
     with DockerSandbox("reterm/base:bookworm", limits=Limits(pids=32)) as bomb, \
             DockerSandbox("reterm/base:bookworm", limits=Limits(pids=32)) as other:
-        r = bomb.exec(":(){ :|:& };:", timeout=5)
-        assert r.error is None, r  # the reply came back: bash stops retrying failed forks
+        bomb.exec(":(){ :|:& };:", timeout=5)  # its reply may be lost for want of a pid: not asserted
         stats = docker_client.api.stats(bomb.id, stream=False)
         assert stats["pids_stats"]["current"] <= 32, stats["pids_stats"]
         assert other.exec("echo alive").output == "alive\n"
