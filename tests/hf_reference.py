@@ -8,12 +8,14 @@ so logits are far from trivial.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
 import numpy as np
 import torch
 from safetensors.numpy import load_file, save_file
+from transformers.models.qwen3_5 import modeling_qwen3_5
 from transformers import (
     Qwen3_5Config,
     Qwen3_5ForCausalLM,
@@ -164,8 +166,8 @@ def _add_to_index(out_dir: str, filename: str, names: list[str]) -> None:
 
 def hf_logits(model: torch.nn.Module, input_ids: np.ndarray, *,
               attention_mask: np.ndarray | None = None,
-              position_ids: np.ndarray | None = None) -> np.ndarray:
-    """Logits [B, T, V] as float32 numpy from a transformers model."""
+              position_ids: np.ndarray | None = None, as_float64: bool = False) -> np.ndarray:
+    """Logits [B, T, V] as float32 numpy from a transformers model (float64 if `as_float64`)."""
     kw = {"input_ids": torch.as_tensor(np.asarray(input_ids), dtype=torch.long)}
     if attention_mask is not None:
         kw["attention_mask"] = torch.as_tensor(np.asarray(attention_mask), dtype=torch.long)
@@ -173,8 +175,71 @@ def hf_logits(model: torch.nn.Module, input_ids: np.ndarray, *,
         kw["position_ids"] = torch.as_tensor(np.asarray(position_ids), dtype=torch.long)
     with torch.no_grad():
         out = model(**kw)
-    return out.logits.float().numpy()
+    return out.logits.double().numpy() if as_float64 else out.logits.float().numpy()
 
 
-__all__ = ["TEXT_VARIANTS", "VOCAB", "build_hf_model", "hf_logits", "load_file",
+class _KeepFloat64(torch.overrides.TorchFunctionMode):
+    """Inside this mode a float64 tensor is never cast down to float32: `.float()`,
+    `.to(torch.float32)`, `.type(torch.float32)` and `softmax(..., dtype=torch.float32)` on a
+    float64 input keep float64. Everything else runs as written."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        first = args[0] if args else None
+        is_f64 = isinstance(first, torch.Tensor) and first.dtype == torch.float64
+        if is_f64 and func in (torch.Tensor.float,):
+            return first
+        if is_f64 and func in (torch.Tensor.to, torch.Tensor.type):
+            args = tuple(torch.float64 if a is torch.float32 else a for a in args)
+            if kwargs.get("dtype") is torch.float32:
+                kwargs["dtype"] = torch.float64
+        if is_f64 and kwargs.get("dtype") is torch.float32:  # softmax(x, dtype=float32), ...
+            kwargs["dtype"] = torch.float64
+        return func(*args, **kwargs)
+
+
+def _rotary_forward_float64(self, x, position_ids):
+    """Qwen3_5TextRotaryEmbedding.forward with the float32 angles (the model's definition:
+    float32 positions times the float32 inverse frequencies, as transformers computes them)
+    but cos/sin evaluated in x's dtype, so a float64 model gets float64 cos/sin of them."""
+    position_ids = position_ids.expand(3, -1, -1)
+    # the float32 buffer as the model initialises it (the model's own copy was cast to float64)
+    inv_freq, _ = self.compute_default_rope_parameters(self.config, device=x.device)
+    freqs = position_ids[..., None].to(torch.float32) * inv_freq
+    freqs = freqs.to(x.dtype)
+    cos = freqs.cos() * self.attention_scaling
+    sin = freqs.sin() * self.attention_scaling
+    return self.recomposition_frequencies(cos).to(x.dtype), self.recomposition_frequencies(sin).to(x.dtype)
+
+
+@contextlib.contextmanager
+def float64_everywhere():
+    """Makes a float64 transformers model float64 all the way.
+
+    transformers' "float64" Qwen3.5 still computes in float32 in many places: both delta-rule
+    kernels cast q/k/v/g/beta to float32, the RMS norms and the gated norm cast to float32,
+    the attention softmax runs in float32, q/k are rotated in float32, and A_log is read as
+    float32. So transformers fp32 vs its "float64" never measures those parts' rounding.
+    Inside this context transformers' own code runs with every such cast kept at float64
+    (`_KeepFloat64`), and the rotary cos/sin are evaluated in float64 from the same float32
+    angles (`_rotary_forward_float64`). Our model in float64 (JAX_ENABLE_X64) does the same.
+    """
+    cls = modeling_qwen3_5.Qwen3_5TextRotaryEmbedding
+    saved = cls.forward
+    cls.forward = _rotary_forward_float64
+    try:
+        with _KeepFloat64():
+            yield
+    finally:
+        cls.forward = saved
+
+def hf_logits_float64(model: torch.nn.Module, input_ids: np.ndarray, **kw) -> np.ndarray:
+    """Logits [B, T, V] as float64 numpy from a float64 model computed in float64 throughout."""
+    assert next(model.parameters()).dtype == torch.float64, "needs a float64 model"
+    with float64_everywhere():
+        return hf_logits(model, input_ids, as_float64=True, **kw)
+
+
+__all__ = ["TEXT_VARIANTS", "VOCAB", "build_hf_model", "float64_everywhere", "hf_logits",
+           "hf_logits_float64", "load_file",
            "save_hf_model", "text_config"]

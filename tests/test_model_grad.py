@@ -1,9 +1,9 @@
 """Gradients through the whole model: finite, and equal to central finite differences.
 
-Runs in float64 (jax.enable_x64 as a context, so other tests keep fp32): everything but the
-delta-rule core (fp32 by design) is float64. The parity models (init std 0.08) are so sharp
-that central differences need steps ~1e-5 to beat curvature (third derivatives ~1e5), where
-the fp32 core's noise takes over, so this uses HF's default init std 0.02, a step per
+Runs in float64 (jax.enable_x64 as a context, so other tests keep fp32): everything, the delta
+rule included (it computes in float64 for float64 inputs). The parity models (init std 0.08)
+are so sharp that central differences need steps ~1e-5 to beat curvature (third derivatives
+~1e5), where the core's noise took over while it ran in fp32, so this uses HF's default init std 0.02, a step per
 parameter, and Richardson extrapolation of two step sizes (measured agreement 1e-5..5e-4).
 """
 from __future__ import annotations

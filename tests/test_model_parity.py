@@ -1,28 +1,39 @@
 """Our Qwen3.5 text decoder vs transformers, weights copied from tiny random HF models.
 
-Tolerance: the reference is transformers in float64 on the same weights. Its gated delta rule
-still runs in fp32 (HF casts q/k/v/g/beta to float32 inside the kernel), and these tiny
-models are deliberately sharp, so the reference itself carries fp32 noise: transformers' own
-fp32 forward is up to ~1e-4 away from its float64 one, and two correct fp32 implementations
-round differently (measured: ours 1.3e-4 where transformers' fp32 is 5.6e-5 on one token of
-one draw, while our float64 run is 9e-6 there). We require max |ours - ref64| <= 1e-4, or at
-most three times transformers' own fp32 deviation where that is larger; a real bug is orders
-of magnitude above either.
+The reference is transformers' own code on the same weights, run in float64 *throughout*
+(`hf_reference.float64_everywhere`). As shipped, transformers' "float64" model still computes
+its delta rule, RMS norms, gated norm, attention softmax and rotary products in float32, so it
+is not a float64 reference: on these deliberately sharp models it is itself up to ~1e-4 off the
+float64 function, and an earlier version of these tests, measuring its noise against it, failed
+on an AMD EPYC machine (ours 1.7e-4 from it where our float64 model was also 1.7e-4 from it).
+
+Two checks, then:
+- exactness: our model in float64 (JAX_ENABLE_X64) equals transformers' in float64 to 1e-10
+  (measured <= 1.3e-13 on every variant): the math is the same, whatever the CPU rounds;
+- fp32 rounding: our fp32 logits are within max(3e-4, 4 x transformers' own fp32 error) of the
+  float64 reference. Swept over 60 draws (bench/parity_sweep.py; docs/performance.md), our fp32
+  error is on median 0.89x transformers' (ours is not the less accurate one), at most 2.3e-4 in
+  absolute terms, and at most 3.7x transformers' when MKL is forced onto its AVX2 path (as on an
+  AMD EPYC): the floor and the factor cover both, and a real bug (>= 1e-2 here) fails both checks
+  by orders of magnitude.
 """
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
 from flax import nnx
 
-from hf_reference import TEXT_VARIANTS, VOCAB, build_hf_model, hf_logits
+from hf_reference import TEXT_VARIANTS, VOCAB, build_hf_model, hf_logits, hf_logits_float64
 from model_test_utils import load_hf_weights
 from reterm_jax.model.config import Qwen3_5Config
 from reterm_jax.model.decoder import Qwen3_5ForCausalLM
 
-TOL = 1e-4
+TOL = 3e-4
+NOISE_FACTOR = 4.0
+FLOAT64_TOL = 1e-10
 LENGTHS = (1, 63, 64, 65, 200)
 
 
@@ -50,9 +61,10 @@ def random_ids(b, t, seed=0):
 
 
 def assert_close_to_reference(got, hf64, hf32, ids, **kw):
-    ref = hf_logits(hf64, ids, **kw)
+    """fp32 logits vs the float64-throughout reference, at transformers' own fp32 error scale."""
+    ref = hf_logits_float64(hf64, ids, **kw)
     noise = np.abs(hf_logits(hf32, ids, **kw) - ref).max()
-    np.testing.assert_allclose(got, ref, rtol=0, atol=max(TOL, 3 * noise))
+    np.testing.assert_allclose(got, ref, rtol=0, atol=max(TOL, NOISE_FACTOR * noise))
 
 
 @pytest.fixture(scope="module", params=list(TEXT_VARIANTS))
@@ -86,7 +98,8 @@ def assert_padded_batch_matches(ours, hf64, hf32, left):
     transformers in float64 turns left-padded rows into NaN (eager attention casts the fp64
     min-value mask to fp32 for its softmax: all -inf rows; the DeltaNet's pad zeroing then
     multiplies NaN by 0 into the real tokens), so the padded HF run is fp32. Each row is also
-    checked against HF float64 on its unpadded tokens, which also measures HF's fp32 noise.
+    checked against HF float64-throughout on its unpadded tokens, which also measures HF's
+    fp32 error.
     """
     ids, mask, positions = _padded_case(65, 17, left)
     got = run(ours, ids, mask, positions)
@@ -95,9 +108,9 @@ def assert_padded_batch_matches(ours, hf64, hf32, left):
     ref32 = hf_logits(hf32, ids, attention_mask=mask, position_ids=positions)
     for row in range(ids.shape[0]):
         alone = ids[row:row + 1, real[row]]
-        ref64 = hf_logits(hf64, alone)[0]
+        ref64 = hf_logits_float64(hf64, alone)[0]
         noise = np.abs(hf_logits(hf32, alone)[0] - ref64).max()
-        tol = max(TOL, 3 * noise)
+        tol = max(TOL, NOISE_FACTOR * noise)
         np.testing.assert_allclose(got[row, real[row]], ref64, rtol=0, atol=tol)
         np.testing.assert_allclose(got[row, real[row]], ref32[row, real[row]], rtol=0, atol=tol + noise)
 
@@ -106,6 +119,29 @@ def assert_padded_batch_matches(ours, hf64, hf32, left):
 def test_padded_logits_match(text_models, left):
     hf64, hf32, ours = text_models
     assert_padded_batch_matches(ours, hf64, hf32, left)
+
+
+@pytest.mark.parametrize("multimodal", [False, True], ids=["text", "multimodal"])
+@pytest.mark.parametrize("variant", list(TEXT_VARIANTS))
+def test_float64_logits_equal_transformers_float64(variant, multimodal):
+    """The same function, not just close: float64 on both sides leaves no room for rounding,
+    so this holds at 1e-10 on any CPU, over several chunks of the delta rule, and in a padded
+    batch (left and right pads, its own positions; pads never reach the real tokens)."""
+    hf64 = build_hf_model(variant, multimodal=multimodal, dtype=torch.float64)
+    with jax.enable_x64(True):
+        ours = ours_for(hf64, dtype=jnp.float64)
+        for length in (1, 65, 200):
+            ids = random_ids(2, length, seed=300 + length)
+            got = run(ours, ids)
+            assert got.dtype == np.float64
+            np.testing.assert_allclose(got, hf_logits_float64(hf64, ids), rtol=0, atol=FLOAT64_TOL)
+        for left in (False, True):
+            ids, mask, positions = _padded_case(65, 17, left)
+            got = run(ours, ids, mask, positions)
+            for row in range(2):
+                real = mask[row] == 1
+                ref = hf_logits_float64(hf64, ids[row:row + 1, real])[0]
+                np.testing.assert_allclose(got[row, real], ref, rtol=0, atol=FLOAT64_TOL)
 
 
 @pytest.mark.parametrize("variant", list(TEXT_VARIANTS))
@@ -132,7 +168,7 @@ def test_bf16_top1_agrees_with_transformers_bf16(variant):
     exact = build_hf_model(variant, dtype=torch.bfloat16).to(torch.float64)
     ours = ours_for(hf, dtype=jnp.bfloat16)
     ids = random_ids(2, 128, seed=3)
-    got, ref, ex = run(ours, ids), hf_logits(hf, ids), hf_logits(exact, ids)
+    got, ref, ex = run(ours, ids), hf_logits(hf, ids), hf_logits_float64(exact, ids)
     top2 = np.sort(ex, axis=-1)[..., -2:]
     decided = (top2[..., 1] - top2[..., 0]) > 2 * np.abs(ref - ex).max(axis=-1)
     assert decided.mean() > 0.5, "too few decided tokens for a meaningful comparison"

@@ -1,4 +1,4 @@
-"""Gated delta rule (the Gated DeltaNet core), as pure fp32 functions.
+"""Gated delta rule (the Gated DeltaNet core), as pure functions in fp32 (fp64 for fp64 inputs).
 
 Per batch row and head, with state S [dk, dv]:
     S <- exp(g_t) S;  S <- S + k_t ⊗ beta_t (v_t - Sᵀ k_t);  o_t = Sᵀ q_t
@@ -36,6 +36,14 @@ def _einsum(spec, *operands):
 # exp(-40)² ~ 2e-35 is still a normal fp32 number, so products of two kept factors never
 # produce a (slow, on the CPU) denormal.
 _LOG_CUTOFF = -40.0
+# The same argument in float64 (eps 1.1e-16, smallest normal 2e-308): exp(-80) ~ 2e-35 is far
+# below its rounding and exp(-80)² is still normal. Only used when the inputs are float64
+# (JAX_ENABLE_X64), which makes this module a float64 reference for its own fp32 form.
+_LOG_CUTOFF_F64 = -80.0
+
+
+def _log_cutoff(dtype) -> float:
+    return _LOG_CUTOFF_F64 if jnp.dtype(dtype) == jnp.float64 else _LOG_CUTOFF
 # Diagonal blocks of (I + A) are inverted by forward substitution at this size; the
 # off-diagonal blocks then follow by block forward substitution (matmuls).
 _LEAF = 16
@@ -84,17 +92,23 @@ def _unit_lower_inverse(strictly_lower, keep):
     return inverse[..., :size, :size]
 
 
+def compute_dtype(*xs):
+    """fp32 for bf16/fp16/fp32 inputs (the state is a long-running sum), fp64 for fp64 ones."""
+    return jnp.promote_types(jnp.result_type(*xs), jnp.float32)
+
+
 def _prepare(q, k, v, g, beta, reset, initial_state):
-    """Casts everything to fp32 and fills in the defaults (no resets, zero state)."""
-    q, k, v, g, beta = (jnp.asarray(x, jnp.float32) for x in (q, k, v, g, beta))
+    """Casts everything to the compute dtype and fills in the defaults (no resets, zero state)."""
+    f = compute_dtype(q, k, v, g, beta)
+    q, k, v, g, beta = (jnp.asarray(x, f) for x in (q, k, v, g, beta))
     batch, seq_len, heads, dk = k.shape
     dv = v.shape[-1]
     if reset is None:
         reset = jnp.zeros((batch, seq_len), bool)
     reset = jnp.asarray(reset, bool)
     if initial_state is None:
-        initial_state = jnp.zeros((batch, heads, dk, dv), jnp.float32)
-    initial_state = jnp.asarray(initial_state, jnp.float32)
+        initial_state = jnp.zeros((batch, heads, dk, dv), f)
+    initial_state = jnp.asarray(initial_state, f)
     return q, k, v, g, beta, reset, initial_state
 
 
@@ -103,7 +117,8 @@ def delta_rule_recurrent(q, k, v, g, beta, *, reset=None, initial_state=None):
 
     q, k: [B, T, H, dk] (L2-normalised, q scaled by dk**-0.5, repeated to the v heads);
     v: [B, T, H, dv]; g (log decay <= 0), beta: [B, T, H]; reset: bool [B, T] or None;
-    initial_state: [B, H, dk, dv] or None. Returns (o [B, T, H, dv], final_state), fp32.
+    initial_state: [B, H, dk, dv] or None. Returns (o [B, T, H, dv], final_state), in the
+    compute dtype (fp32, or fp64 for fp64 inputs).
     """
     q, k, v, g, beta, reset, state = _prepare(q, k, v, g, beta, reset, initial_state)
 
@@ -132,6 +147,7 @@ def delta_rule_chunked(q, k, v, g, beta, *, reset=None, initial_state=None, chun
     All [C, C] pieces are built for every chunk at once; only S0 -> S_C is a scan.
     """
     q, k, v, g, beta, reset, state = _prepare(q, k, v, g, beta, reset, initial_state)
+    cutoff = _log_cutoff(q.dtype)
     batch, seq_len, heads, dk = k.shape
     dv = v.shape[-1]
     chunk = max(1, min(chunk_size, seq_len))  # a short prompt needs no padding up to 64
@@ -161,9 +177,9 @@ def delta_rule_chunked(q, k, v, g, beta, *, reset=None, initial_state=None, chun
     # fp32 denormals, which are slow on the CPU, out of every later product. Only the kept
     # differences (i >= j, same segment, hence <= 0) are exponentiated, so no inf reaches
     # values or gradients.
-    keep = same_segment & (pair >= _LOG_CUTOFF)  # [B, H, N, C, C], diagonal included
+    keep = same_segment & (pair >= cutoff)  # [B, H, N, C, C], diagonal included
     pair_decay = jnp.where(keep, jnp.exp(jnp.where(keep, pair, 0.0)), 0.0)
-    keep_carried = carried & (log_decay >= _LOG_CUTOFF)
+    keep_carried = carried & (log_decay >= cutoff)
     carried_exp = jnp.exp(jnp.where(keep_carried, log_decay, 0.0))
     carried_decay = jnp.where(keep_carried, carried_exp, 0.0)  # Γ_i, [B, H, N, C]
     to_end = pair_decay[..., -1, :]  # exp(G_C - G_j) M_Cj, [B, H, N, C]

@@ -17,9 +17,13 @@ def inv_frequencies(rotary_dim: int, theta: float) -> np.ndarray:
 
 
 def rope_cos_sin(positions: jax.Array, rotary_dim: int, theta: float, dtype) -> tuple[jax.Array, jax.Array]:
-    """cos, sin [B, T, rotary_dim] from int positions [B, T]; cast to the activation dtype (as HF)."""
+    """cos, sin [B, T, rotary_dim] from int positions [B, T]; cast to the activation dtype (as HF).
+
+    The angles are float32 products, as transformers computes them (the model's definition);
+    cos/sin are evaluated in float32, or in float64 for a float64 model (a float64 reference).
+    """
     freqs = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_frequencies(rotary_dim, theta))
-    angles = jnp.concatenate([freqs, freqs], axis=-1)
+    angles = jnp.concatenate([freqs, freqs], axis=-1).astype(jnp.promote_types(dtype, jnp.float32))
     return jnp.cos(angles).astype(dtype), jnp.sin(angles).astype(dtype)
 
 
