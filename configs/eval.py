@@ -33,7 +33,8 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c.model.preset = preset
     c.model.hf_path = ""            # HF checkpoint dir (weights + tokenizer)
     c.model.checkpoint = ""         # orbax checkpoint (config.json beside it, or the HF dir in hf_path)
-    c.model.tokenizer = ""          # tokenizer dir; empty: hf_path, else the bundled tiny tokenizer
+    c.model.tokenizer = ""          # tokenizer dir, or "qwen3.5"; empty: hf_path's own, else the real
+    #                                 Qwen3.5 tokenizer for a 248k vocabulary, else the bundled tiny one
     c.model.dtype = "float32"
     c.model.max_length = 4096       # sampler cache length per row
 

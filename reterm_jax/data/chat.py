@@ -8,8 +8,17 @@ tool results grouped into one user turn, <think> blocks only after the last user
 Why piecewise tokenisation is exact: each target piece starts right after "<|im_start|>assistant\n"
 with an added token (<think>, <tool_call>, <|im_end|>) or with trimmed text, and ends with
 <|im_end|>. Added tokens are split off before BPE, and Qwen's pre-tokenizer never joins a "\n" with
-the non-space character after it, so no BPE merge can cross a piece boundary. `verify=True` checks
-this against tokenising the whole string (the tests do it on every conversation they encode).
+the non-space character after it, so no BPE merge can cross a mask boundary. `verify=True` checks
+this against tokenising the whole string between forced boundaries (the tests do it on every
+conversation they encode, with the tiny and with the real Qwen3.5 tokenizer).
+
+The one forced boundary: in a turn that opens with "<think>\n" (after the last user query), the
+tokens stop after "<think>\n" and start again after it. That is the end of the generation prompt
+("<|im_start|>assistant\n<think>\n", tokenised on its own by the harness and by any server), so
+SFT trains on exactly the tokens a rollout holds. It only matters for an empty reasoning block:
+the real vocabulary has "\n\n" as one token (271), so the whole string would give
+<think> 271 </think> where the sampler's prompt ends in <think> 198 and the model continues with
+198 </think>. Text is unchanged: render_text still equals the chat template's output.
 """
 import dataclasses
 import json
@@ -58,6 +67,7 @@ BASH_TOOL = {
 class Piece:
     text: str
     target: bool
+    boundary: bool = False  # tokenise apart from the previous piece even when the flags agree
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,11 +158,15 @@ def render(messages: Sequence[Mapping], tools: Sequence[Mapping] | None = None,
             ctx(f"<|im_start|>user\n{text}<|im_end|>\n")
         elif role == "assistant":
             reasoning, content = _split_think(m, text)
-            body = f"<think>\n{reasoning.strip()}\n</think>\n\n{content}" if i > query else content
+            body = f"{reasoning.strip()}\n</think>\n\n{content}" if i > query else content
             body += _tool_calls_text(m.get("tool_calls") or (), content) + "<|im_end|>"
             is_target = train_from_message_index is not None and i >= train_from_message_index
             ctx("<|im_start|>assistant\n")
-            pieces.append(Piece(body, is_target))
+            if i > query:  # the generation prompt ends here: a forced token boundary (see above)
+                pieces.append(Piece("<think>\n", is_target))
+                pieces.append(Piece(body, is_target, boundary=True))
+            else:
+                pieces.append(Piece(body, is_target))
             ctx("\n")
         else:  # tool: consecutive results share one user turn
             opens = i > 0 and messages[i - 1]["role"] != "tool"
@@ -165,15 +179,27 @@ def render(messages: Sequence[Mapping], tools: Sequence[Mapping] | None = None,
 
 
 def _merge(pieces: list[Piece]) -> list[Piece]:
-    """Join neighbours with the same flag (fewer tokenizer calls; boundaries only where flags change)."""
+    """Join neighbours with the same flag (fewer tokenizer calls; boundaries only where flags change
+    or a piece forces one)."""
     out: list[Piece] = []
     for p in pieces:
         if not p.text:
             continue
-        if out and out[-1].target == p.target:
-            out[-1] = Piece(out[-1].text + p.text, p.target)
+        if out and out[-1].target == p.target and not p.boundary:
+            out[-1] = Piece(out[-1].text + p.text, p.target, out[-1].boundary)
         else:
             out.append(p)
+    return out
+
+
+def segments(pieces: Sequence[Piece]) -> list[str]:
+    """The text between forced boundaries: tokenising these whole must give the pieces' tokens."""
+    out: list[str] = []
+    for p in pieces:
+        if out and not p.boundary:
+            out[-1] += p.text
+        else:
+            out.append(p.text)
     return out
 
 
@@ -195,7 +221,8 @@ def encode_example(row: Mapping, tokenizer, *, tools: Sequence[Mapping] | None =
     """ReTerm-10K row -> tokens (int32[T]) and loss_mask (bool[T]).
 
     tools: tool schemas for the system turn; default: the row's own `tools` field (none -> no tools
-    block). verify: also tokenise the whole string and require identical tokens.
+    block). verify: also tokenise the whole string (between forced boundaries) and require identical
+    tokens.
     Raises RowError (with the row id) for rows that fail validation or have no target tokens.
     """
     row = validate_row(row)
@@ -206,7 +233,7 @@ def encode_example(row: Mapping, tokenizer, *, tools: Sequence[Mapping] | None =
         raise RowError(row["id"], "render", str(e)) from None
     tokens, mask = tokenize_pieces(pieces, tokenizer)
     if verify:
-        whole = tokenizer("".join(p.text for p in pieces), add_special_tokens=False)["input_ids"]
+        whole = [t for seg in tokenizer(segments(pieces), add_special_tokens=False)["input_ids"] for t in seg]
         if list(tokens) != list(whole):
             first = next((i for i, (a, b) in enumerate(zip(tokens, whole)) if a != b), min(len(tokens), len(whole)))
             raise AssertionError(f"row {row['id']!r}: piecewise tokens differ from whole-string tokens at {first}; "
@@ -218,23 +245,33 @@ def encode_example(row: Mapping, tokenizer, *, tools: Sequence[Mapping] | None =
 
 def check_chat_template(tokenizer, rows: Sequence[Mapping], *, tools: Sequence[Mapping] | None = None,
                         limit: int = 8) -> int:
-    """Compare the renderer with the tokenizer's own chat template on up to `limit` rows; raise
-    ValueError on the first row where the tokens differ. Returns the number of rows compared
-    (0 when the tokenizer ships no template). Call it once at start-up with the real tokenizer."""
+    """Compare the renderer with the tokenizer's own chat template on up to `limit` rows (messages
+    normalised first, as the renderer sees them); raise ValueError on the first row where the
+    rendered text differs. Returns the number of rows compared (0 when the tokenizer ships no
+    template). Call it once at start-up with the real tokenizer.
+
+    Text, not tokens: the renderer tokenises its pieces apart at the generation-prompt boundary
+    (see the module docstring), which apply_chat_template(tokenize=True) does not; with equal text
+    the tokens then follow from the renderer's own (checked) rule."""
     if not getattr(tokenizer, "chat_template", None):
         return 0
     checked = 0
     for row in list(rows)[:limit]:
         row = validate_row(row)
         row_tools = tools if tools is not None else row.get("tools")
-        ours = encode_example(row, tokenizer, tools=row_tools).tokens.tolist()
-        theirs = list(tokenizer.apply_chat_template(row["messages"], tools=row_tools, tokenize=True, return_dict=False))
+        encode_example(row, tokenizer, tools=row_tools)  # the row must encode (RowError names it)
+        ours = render_text(row["messages"], row_tools)
+        # The template sees the messages as the renderer does (normalize_message: tool-call
+        # arguments parsed from JSON strings, text parts joined, nulls dropped): Qwen3.5's official
+        # template renders arguments only when they are a mapping, so OpenAI-style rows (arguments
+        # as a JSON string) would otherwise lose their commands there and good data be rejected.
+        messages = [normalize_message(m) for m in row["messages"]]
+        theirs = tokenizer.apply_chat_template(messages, tools=row_tools, tokenize=False)
         if ours != theirs:
             at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
             raise ValueError(
-                f"row {row['id']!r}: the renderer and the tokenizer's chat template disagree at token {at} "
-                f"(ours: {tokenizer.decode(ours[max(0, at - 8):at + 8])!r}, template: "
-                f"{tokenizer.decode(theirs[max(0, at - 8):at + 8])!r}). reterm_jax.data.chat reproduces Qwen3.5's "
-                "template; update it if this tokenizer's template changed")
+                f"row {row['id']!r}: the renderer and the tokenizer's chat template disagree at character {at} "
+                f"(ours: {ours[max(0, at - 40):at + 40]!r}, template: {theirs[max(0, at - 40):at + 40]!r}). "
+                "reterm_jax.data.chat reproduces Qwen3.5's template; update it if this tokenizer's template changed")
         checked += 1
     return checked

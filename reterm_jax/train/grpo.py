@@ -33,7 +33,7 @@ from absl import logging
 from flax import nnx
 
 from reterm_jax.data import load_tokenizer, special_ids
-from reterm_jax.data.tokenizer import TINY_TOKENIZER_DIR
+from reterm_jax.data.tokenizer import resolve_tokenizer
 from reterm_jax.parallel.mesh import make_mesh
 from reterm_jax.rl.harness import Limits
 from reterm_jax.rl.policy_store import PolicyStore, device_copy
@@ -47,6 +47,7 @@ from reterm_jax.train.step import row_sharding
 from reterm_jax.train.metrics import MetricsLogger
 from reterm_jax.train.optimizer import make_optimizer
 from reterm_jax.train.run_files import export_hf, write_run_files
+from reterm_jax.train.state import model_config as model_config_of
 from reterm_jax.train.state import (abstract_params, abstract_train_state, create_train_state, init_params,
                                     parse_dtype, train_state_shardings)
 
@@ -301,7 +302,8 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
     check_rows_per_process(mesh, config.stream.groups_per_step * config.rollout.group_size)
     workdir = os.path.abspath(workdir)
     os.makedirs(workdir, exist_ok=True)
-    tokenizer_dir = config.model.hf_path or TINY_TOKENIZER_DIR
+    tokenizer_dir = resolve_tokenizer(config.env.get("tokenizer", ""), config.model.hf_path,
+                                      model_config_of(config.model).vocab_size)
     tokenizer = load_tokenizer(tokenizer_dir)
     ids = special_ids(tokenizer)
 

@@ -16,13 +16,14 @@ import jax
 from absl import logging
 
 from reterm_jax.data import BASH_TOOL, load_and_validate, load_tokenizer, sft_dataset
-from reterm_jax.data.tokenizer import TINY_TOKENIZER_DIR
+from reterm_jax.data.tokenizer import resolve_tokenizer
 from reterm_jax.parallel.mesh import make_mesh
 from reterm_jax.train import flops
 from reterm_jax.train.checkpointing import Checkpointer
 from reterm_jax.train.metrics import MetricsLogger
 from reterm_jax.train.optimizer import make_optimizer
 from reterm_jax.train.run_files import export_hf, write_run_files
+from reterm_jax.train.state import model_config as model_config_of
 from reterm_jax.train.state import (abstract_params, abstract_train_state, create_train_state, init_params,
                                     train_state_shardings)
 from reterm_jax.train.step import make_train_step, put_batch
@@ -56,7 +57,8 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
     logging.info("mesh %s over %d devices (%s)", dict(mesh.shape), mesh.size, jax.devices()[0].device_kind)
 
     # ---- 2. data ---------------------------------------------------------------------------
-    tokenizer_dir = config.data.tokenizer or config.model.hf_path or TINY_TOKENIZER_DIR
+    tokenizer_dir = resolve_tokenizer(config.data.tokenizer, config.model.hf_path,
+                                      model_config_of(config.model).vocab_size)
     tokenizer = load_tokenizer(tokenizer_dir)
     rows, report = load_and_validate(config.data.path)
     logging.info("data %s: %d valid of %d rows (%s)", config.data.path, report.valid, report.total, report.by_kind)
