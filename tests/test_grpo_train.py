@@ -255,3 +255,61 @@ def test_presets_check_and_match_the_sft_model():
     c.rollout.max_tokens = c.train.seq_len + 1
     with pytest.raises(ValueError, match="must fit one training row"):
         check_config(c, 1)
+
+
+def test_a_step_without_signal_changes_nothing(tmp_path, monkeypatch):
+    """Step 1 has signal and updates (Adam's moments become non-zero); steps 2-3 see only groups
+    whose members all score the same (no signal): they must leave the params, the optimizer state
+    (moments and the schedule's count), the update counter and the policy version exactly as
+    step 1 left them, and be counted as skipped. Zero-gradient Adam steps would still move the
+    params through the moments; that is what this catches."""
+    from reterm_jax.rl import workers as workers_mod
+    from reterm_jax.train import grpo
+    from reterm_jax.train.checkpointing import Checkpointer
+    from reterm_jax.train.optimizer import make_optimizer
+    from reterm_jax.train.state import abstract_params, abstract_train_state, train_state_shardings
+
+    real = workers_mod.match_fraction
+    calls = {"n": 0}
+
+    def first_groups_only(target):  # the real reward for step 1's 2 groups of 8, then 0 for all
+        fn = real(target)
+
+        def reward(tokens):
+            calls["n"] += 1
+            return fn(tokens) if calls["n"] <= 2 * 8 else 0.0
+        return reward
+
+    monkeypatch.setattr(workers_mod, "match_fraction", first_groups_only)
+    c = synthetic_config(3)
+    c.stream.dynamic_sampling = True
+    c.stream.groups_per_step = c.stream.max_pulls_per_step = 2   # step 1 pulls exactly 2 groups
+    c.checkpoint.every, c.checkpoint.keep = 1, 5
+    c.optim.weight_decay = 0.1    # decoupled decay would shrink the params on an empty step too
+    workdir = str(tmp_path / "run")
+    result = grpo.train(c, workdir)
+    assert result["updated_steps"] == [1] and result["skipped_steps"] == [2, 3], result
+    assert result["policy_version"] == 1 and sorted(result["losses"]) == [1]
+    assert sorted(result["rewards"]) == [1, 2, 3]   # the rollouts' stats are still logged
+
+    mesh = make_mesh()
+    _, _, abs_p, p_sh = abstract_params(c.model, mesh)
+    optim = c.optim.copy_and_resolve_references()
+    optim.decay_steps = max(c.train.steps, optim.warmup_steps + 1)
+    tx, _ = make_optimizer(optim)
+    target = abstract_train_state(abs_p, tx, train_state_shardings(tx, abs_p, p_sh, mesh))
+    ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=10, save_every=1)
+    (s1, _, e1), (s3, _, e3) = (ckpt.restore(s, target, with_extra=True) for s in (1, 3))
+    ckpt.close()
+    assert e1["policy_version"] == e3["policy_version"] == 1
+    for name in ("params", "opt_state"):
+        a, b = jax.tree.leaves(getattr(s1, name)), jax.tree.leaves(getattr(s3, name))
+        assert len(a) == len(b) > 0
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=name)
+    moments = [x for x in jax.tree.leaves(s3.opt_state) if jnp.issubdtype(x.dtype, jnp.floating) and x.ndim]
+    assert any(float(jnp.abs(m).max()) > 0 for m in moments)  # step 1 made them non-zero
+    # resuming continues from the updates applied, not from the loop step
+    c.train.steps = 4
+    again = grpo.train(c, workdir)
+    assert again["resumed"]["policy_version"] == 1

@@ -30,12 +30,33 @@ def main(argv):
     logging.info("mode %s, workdir %s", mode, os.path.abspath(workdir))
     import importlib
     result = importlib.import_module(MODES[mode]).train(config, workdir)
-    for key, name in (("losses", "loss"), ("rewards", "reward mean")):  # GRPO results carry both
-        values = result.get(key) or {}
+    for line in summary_lines(result):
+        print(line)
+    print(f"workdir: {os.path.abspath(workdir)}")
+
+
+def summary_lines(result: dict) -> list[str]:
+    """The end-of-run trend. SFT: loss at the first and last step. GRPO: loss and rollout reward at
+    the first and last steps that *updated* the policy (a skipped step, with no group with signal,
+    applies nothing, so comparing two of those would say nothing), and how many were skipped."""
+    lines = []
+    updated = result.get("updated_steps")
+    if updated is None:  # SFT
+        values = result.get("losses") or {}
         if values:
             first, last = min(values), max(values)
-            print(f"{name} {values[first]:.4f} (step {first}) -> {values[last]:.4f} (step {last})")
-    print(f"workdir: {os.path.abspath(workdir)}")
+            lines.append(f"loss {values[first]:.4f} (step {first}) -> {values[last]:.4f} (step {last})")
+        return lines
+    skipped = result.get("skipped_steps") or []
+    if updated:
+        first, last = updated[0], updated[-1]
+        for key, name in (("losses", "loss"), ("rewards", "reward mean")):
+            values = result[key]
+            lines.append(f"{name} {values[first]:.4f} (first updating step {first}) -> {values[last]:.4f} "
+                         f"(last updating step {last})")
+    lines.append(f"{len(updated)} steps updated the policy, {len(skipped)} skipped (no group with signal: "
+                 f"nothing applied); policy version {result.get('policy_version')}")
+    return lines
 
 
 if __name__ == "__main__":

@@ -329,6 +329,10 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
         # extra["bank"]: this process's failure-bank cursor (per process in a multi-process job)
         resumed = {"step": start, "policy_version": extra.get("policy_version", start), "bank": extra.get("bank"),
                    "stream": stream_state}
+        # The checkpoint is keyed by loop step; the state's own counter is the updates applied
+        # (fewer when steps were skipped for want of signal): the policy version.
+        state = state.replace(step=jax.device_put(
+            np.asarray(resumed["policy_version"], np.asarray(jax.device_get(state.step)).dtype), state.step.sharding))
         logging.info("resumed from %s at step %d (policy version %d)", ckpt.directory, start,
                      resumed["policy_version"])
     else:
@@ -365,6 +369,8 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
     last = min(config.train.steps, stop_at_step or config.train.steps)
     logger = MetricsLogger(os.path.join(workdir, "tb"), total_steps=config.train.steps, initial_step=start)
     losses, rewards = {}, {}
+    updates = version  # optimizer updates applied = the policy version (a skipped step applies none)
+    updated_steps, skipped_steps = [], []
     try:
         if bank is not None and resumed and resumed["bank"]:
             bank.set_state(resumed["bank"])  # before the workers start drawing entries
@@ -374,23 +380,39 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
         for step in range(start + 1, last + 1):
             raw = next(data_iter)
             stats = raw.pop("stats")
-            state, metrics = train_step(state, put_batch(raw, mesh), ref_params)
-            store.publish(step, state.params)  # version = optimizer steps applied
-            stream.set_version(step)
-            ckpt.save(step, state, data_iter.get_state(), force=step == last, extra={"policy_version": step},
-                      process_extra={"bank": bank.state() if bank is not None else None})
             rollout = {k: float(v) for k, v in stats.items()}
             if workers is not None:
                 rollout["worker_errors"] = float(workers.snapshot_counters()["errors"])
-            scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
-            scalars.update(all_reduce_stats(rollout))  # summed / averaged over the processes
-            losses[step], rewards[step] = scalars["loss"], scalars["reward_mean"]
+            rollout = all_reduce_stats(rollout)  # summed / averaged over the processes (all agree below)
+            if rollout["groups_used"] > 0:
+                state, metrics = train_step(state, put_batch(raw, mesh), ref_params)
+                updates += 1
+                store.publish(updates, state.params)  # version = optimizer updates applied
+                stream.set_version(updates)
+                scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
+                losses[step] = scalars["loss"]
+                updated_steps.append(step)
+            else:
+                # No group with signal anywhere in the job: an update would still move the params
+                # (Adam's moments, weight decay) and advance the LR schedule and the policy version
+                # on zero gradients, so nothing is applied and the step is counted as skipped.
+                scalars = {}
+                skipped_steps.append(step)
+                logging.warning("step %d: no group with signal (%d seen, %d filtered, %d sandbox errors): "
+                                "skipped, no update (policy version stays %d)", step, rollout["groups_seen"],
+                                rollout["groups_filtered"], rollout["sandbox_errors"], updates)
+            scalars.update(rollout)
+            scalars.update({"skipped": float(bool(skipped_steps) and skipped_steps[-1] == step),
+                            "steps_skipped": float(len(skipped_steps)), "policy_version": float(updates)})
+            rewards[step] = scalars["reward_mean"]
+            ckpt.save(step, state, data_iter.get_state(), force=step == last, extra={"policy_version": updates},
+                      process_extra={"bank": bank.state() if bank is not None else None})
             logger.write(step, scalars)
             if step % config.train.log_every == 0 or step in (start + 1, last):
                 logger.progress(step, scalars)
-                logging.info("step %d: %s", step, "  ".join(f"{k} {scalars[k]:.4g}" for k in
-                                                             ("loss", "reward_mean", "pass_rate", "clip_frac", "kl",
-                                                              "entropy", "logprob_diff", *_SHOWN[2:])))
+                shown = [k for k in ("loss", "reward_mean", "pass_rate", "clip_frac", "kl", "entropy",
+                                     "logprob_diff", *_SHOWN[2:]) if k in scalars]
+                logging.info("step %d: %s", step, "  ".join(f"{k} {scalars[k]:.4g}" for k in shown))
     finally:
         stream.stop()
         if bank is not None:
@@ -403,4 +425,5 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
     if config.train.export_hf and last == config.train.steps:
         hf_dir = export_hf(config, graphdef, state.params, workdir, tokenizer_dir)
     return {"rewards": rewards, "losses": losses, "last_step": last, "hf_dir": hf_dir, "workdir": workdir,
-            "resumed": resumed, "policy_version": store.version}
+            "resumed": resumed, "policy_version": store.version, "updated_steps": updated_steps,
+            "skipped_steps": skipped_steps}
