@@ -24,6 +24,7 @@ from reterm_jax.model.norms import RMSNorm, stat_dtype
 from reterm_jax.model.params import dense, sharding_metadata
 from reterm_jax.model.rope import rope_cos_sin
 from reterm_jax.model.scan import block_period, scan_decoder_layers
+from reterm_jax.model.vocab_chunks import target_logprobs
 from reterm_jax.parallel.rules import logical_to_spec
 
 
@@ -99,6 +100,22 @@ class TextModel(nnx.Module):
             for layer_type in config.layer_types])
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, "norm", param_dtype=param_dtype)
 
+    def head(self) -> tuple[jax.Array, bool]:
+        """(LM head weight, vocab_first): the tied embedding [V, H] or lm_head.kernel [H, V]."""
+        if self.lm_head is None:
+            return self.model.embed_tokens.embedding[...], True
+        return self.lm_head.kernel[...], False
+
+    def token_logprobs(self, input_ids, targets, positions=None, segment_ids=None, *,
+                       temperature: float = 1.0, with_entropy: bool = False):
+        """(log p(targets) [B, T], entropy [B, T] or None) under softmax(logits / temperature),
+        fp32, without building [B, T, V] logits: the head runs `logits_chunk` positions at a time
+        (model/vocab_chunks.py). targets[b, t] is the token position t predicts."""
+        hidden = self.model(input_ids, positions=positions, segment_ids=segment_ids)
+        weight, vocab_first = self.head()
+        return target_logprobs(hidden, weight, targets, vocab_first=vocab_first, chunk=self.logits_chunk,
+                               temperature=temperature, with_entropy=with_entropy)
+
     def __call__(self, input_ids, positions=None, segment_ids=None, cache: Cache | None = None):
         """Hidden states [B,T,H] (compute dtype), and the updated cache when one is given."""
         b, t = input_ids.shape
@@ -154,6 +171,11 @@ def _advance(cache: Cache, layers: tuple, kv_segments, segment_ids, positions) -
     )
 
 
+# Positions per LM-head chunk in `token_logprobs` (the training losses): temp memory is
+# O(B * LOGITS_CHUNK * V) instead of O(B * T * V). 0 = one chunk (full logits).
+LOGITS_CHUNK = 1024
+
+
 class Qwen3_5ForCausalLM(nnx.Module):
     """The text decoder with its LM head (tied to the embedding when the config says so).
 
@@ -167,12 +189,15 @@ class Qwen3_5ForCausalLM(nnx.Module):
     per-layer parameter tree, compile time independent of depth (reterm_jax.model.scan). Like
     `remat` it is static module structure: `model.model.scan_layers = True` works on an
     abstract model too.
+    logits_chunk: positions per LM-head chunk in `token_logprobs` (static, like remat).
     """
 
     def __init__(self, config: Qwen3_5Config, *, dtype=jnp.float32, param_dtype=jnp.float32,
-                 remat: bool | Callable = False, scan_layers: bool = False, rngs: nnx.Rngs | None = None):
+                 remat: bool | Callable = False, scan_layers: bool = False, logits_chunk: int = LOGITS_CHUNK,
+                 rngs: nnx.Rngs | None = None):
         rngs = nnx.Rngs(0) if rngs is None else rngs
         self.config = config
+        self.logits_chunk = int(logits_chunk)  # static: positions per LM-head chunk in token_logprobs
         if scan_layers:
             block_period(config.layer_types)  # a config that cannot be scanned fails here, not in jit
         self.model = TextModel(config, dtype=dtype, param_dtype=param_dtype, remat=remat, rngs=rngs,
@@ -192,6 +217,22 @@ class Qwen3_5ForCausalLM(nnx.Module):
             return jnp.einsum("bth,vh->btv", hidden, table, preferred_element_type=f)
         kernel = self.lm_head.kernel[...].astype(hidden.dtype)
         return jnp.einsum("bth,hv->btv", hidden, kernel, preferred_element_type=f)
+
+    def head(self) -> tuple[jax.Array, bool]:
+        """(LM head weight, vocab_first): the tied embedding [V, H] or lm_head.kernel [H, V]."""
+        if self.lm_head is None:
+            return self.model.embed_tokens.embedding[...], True
+        return self.lm_head.kernel[...], False
+
+    def token_logprobs(self, input_ids, targets, positions=None, segment_ids=None, *,
+                       temperature: float = 1.0, with_entropy: bool = False):
+        """(log p(targets) [B, T], entropy [B, T] or None) under softmax(logits / temperature),
+        fp32, without building [B, T, V] logits: the head runs `logits_chunk` positions at a time
+        (model/vocab_chunks.py). targets[b, t] is the token position t predicts."""
+        hidden = self.model(input_ids, positions=positions, segment_ids=segment_ids)
+        weight, vocab_first = self.head()
+        return target_logprobs(hidden, weight, targets, vocab_first=vocab_first, chunk=self.logits_chunk,
+                               temperature=temperature, with_entropy=with_entropy)
 
     def __call__(self, input_ids, positions=None, segment_ids=None, cache: Cache | None = None):
         """input_ids [B,T] int; positions [B,T] (default: arange, or continuing the cache);

@@ -6,7 +6,7 @@
 
 `batch` is `rl.groups.groups_to_batch` output on the mesh: one trajectory per row, [B, T] arrays
 (`weights` may be [B] or row-constant [B, T]). The trainer's log-probs are taken under the
-SAMPLER's distribution (`rl.sampling.token_logprobs` with the rollout temperature), so the
+SAMPLER's distribution (log_softmax(logits / rollout temperature), the LM head in chunks), so the
 importance ratio exp(logp - old_logp) is 1 up to numerics when the params did not change since
 sampling: the mean |logp - old_logp| metric (`logprob_diff`) measures exactly that mismatch.
 GRPO samples from the full softmax (top_k=0, top_p=1): a truncated support would put -inf
@@ -27,8 +27,8 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh
 
-from reterm_jax.rl.grpo_loss import ppo_loss_sums, token_entropy_sum
-from reterm_jax.rl.sampling import SamplingParams, token_logprobs
+from reterm_jax.rl.grpo_loss import ppo_loss_sums
+from reterm_jax.rl.sampling import SamplingParams
 from reterm_jax.train.state import TrainState, replicated
 from reterm_jax.train.step import accumulate, row_sharding
 from reterm_jax.train.step import put_batch as put_rows
@@ -49,26 +49,28 @@ def check_sampling(temperature: float, top_k: int = 0, top_p: float = 1.0) -> No
                          "truncated support gives -inf log-probs and a biased ratio)")
 
 
-def _forward(graphdef, params, mb) -> jax.Array:
+def _logprobs(graphdef, params, mb, temperature: float, with_entropy: bool = False):
+    """Per-token log-probs under the sampler's distribution (and the entropy), the LM head in
+    chunks: [B, T, V] logits never exist (model.logits_chunk)."""
     model = nnx.merge(graphdef, params)
-    return model(mb["tokens"], positions=mb["positions"], segment_ids=mb["segment_ids"])
+    return model.token_logprobs(mb["tokens"], mb["targets"], positions=mb["positions"],
+                                segment_ids=mb["segment_ids"], temperature=temperature, with_entropy=with_entropy)
 
 
 def grpo_loss_sums(graphdef, params, mb: dict, ref_params, *, sampling: SamplingParams, loss_cfg):
     """(objective sum, (token count, metric sums)) of one (micro-)batch."""
-    logits = _forward(graphdef, params, mb)
-    logp = token_logprobs(logits, mb["targets"], sampling)
+    # full support (check_sampling): the sampler's log-probs are log_softmax(logits / temperature)
+    logp, entropy = _logprobs(graphdef, params, mb, sampling.temperature, with_entropy=True)
     ref_logp = None
     if ref_params is not None:
-        ref_logits = jax.lax.stop_gradient(_forward(graphdef, ref_params, mb))
-        ref_logp = token_logprobs(ref_logits, mb["targets"], sampling)
+        ref_logp = jax.lax.stop_gradient(_logprobs(graphdef, ref_params, mb, sampling.temperature)[0])
     mask = mb["loss_mask"].astype(jnp.float32)
     loss_sum, count, stats = ppo_loss_sums(
         logp, mb["old_logprobs"], mb["advantages"], mask, clip_low=loss_cfg.clip_low, clip_high=loss_cfg.clip_high,
         log_ratio_clamp=loss_cfg.log_ratio_clamp, ref_logp=ref_logp, kl_coef=loss_cfg.kl_coef,
         weights=mb["weights"])
     sums = {k: jnp.asarray(stats[k], jnp.float32) for k in STAT_KEYS}
-    sums["entropy"] = jax.lax.stop_gradient(token_entropy_sum(logits, mask, sampling.temperature))
+    sums["entropy"] = jax.lax.stop_gradient(jnp.sum(jnp.where(mask != 0, entropy, 0.0) * mask))
     return loss_sum, (count, sums)
 
 

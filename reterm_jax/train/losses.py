@@ -23,6 +23,14 @@ def token_cross_entropy(logits: jax.Array, targets: jax.Array, mask: jax.Array) 
     return jnp.sum((log_z - target_logit) * mask), jnp.sum(mask)
 
 
+def masked_nll_sums(target_logprobs: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(sum of -log p(target) over masked tokens, number of masked tokens) from per-token
+    log-probs [...] (e.g. Qwen3_5ForCausalLM.token_logprobs, which never builds [B, T, V])."""
+    mask = mask.astype(jnp.float32)
+    on = mask != 0
+    return jnp.sum(jnp.where(on, -target_logprobs.astype(jnp.float32), 0.0) * mask), jnp.sum(mask)
+
+
 def mean_loss(loss_sum: jax.Array, count: jax.Array) -> jax.Array:
     """The token mean; 0 for an all-masked batch instead of NaN (it then contributes no gradient)."""
     return loss_sum / jnp.maximum(count, 1.0)

@@ -81,6 +81,7 @@ def abstract_params(cfg, mesh: Mesh):
     abstract = abstract_model(config, dtype, param_dtype)
     abstract.model.remat = remat_policy(cfg.remat)  # static module structure: goes in the graphdef
     abstract.model.scan_layers = bool(cfg.get("scan_layers", False))  # scan blocks of layers (compile time)
+    abstract.logits_chunk = int(cfg.get("logits_chunk", abstract.logits_chunk))  # LM head in chunks (losses)
     graphdef, abs_params = nnx.split(abstract, nnx.Param)
     shardings = nnx.to_pure_dict(state_shardings(abs_params, mesh))
     return config, graphdef, nnx.to_pure_dict(abs_params), shardings

@@ -19,7 +19,7 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from reterm_jax.train.losses import mean_loss, token_cross_entropy
+from reterm_jax.train.losses import masked_nll_sums, mean_loss
 from reterm_jax.train.state import TrainState, batch_sharding, replicated
 
 BATCH_KEYS = ("tokens", "segment_ids", "positions", "targets", "target_mask")
@@ -28,8 +28,10 @@ BATCH_KEYS = ("tokens", "segment_ids", "positions", "targets", "target_mask")
 def loss_sums(graphdef, params, batch) -> tuple[jax.Array, jax.Array]:
     """(sum of token losses, number of target tokens) of one (micro-)batch."""
     model = nnx.merge(graphdef, params)
-    logits = model(batch["tokens"], positions=batch["positions"], segment_ids=batch["segment_ids"])
-    return token_cross_entropy(logits, batch["targets"], batch["target_mask"])
+    # log p(target) with the LM head in chunks: [B, T, V] logits never exist (model.logits_chunk)
+    logp, _ = model.token_logprobs(batch["tokens"], batch["targets"], positions=batch["positions"],
+                                   segment_ids=batch["segment_ids"])
+    return masked_nll_sums(logp, batch["target_mask"])
 
 
 def row_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
