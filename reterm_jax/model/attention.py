@@ -59,8 +59,35 @@ def causal_block_attention(q, k, v, segment_ids, scale: float, block: int = QUER
     return outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=1)
 
 
+# model.attention_impl: how self-attention without a cache (training, full forwards) is computed.
+#   reference: causal_block_attention above (scores of a 128-query block against all earlier keys);
+#   flash: model/flash_attention.py (tiles, online softmax, custom backward: memory linear in T);
+#   auto: flash (the only memory-efficient kernel built so far; on every backend).
+ATTENTION_IMPLS = ("auto", "reference", "flash")
+
+
+def self_attention(q, k, v, segment_ids, scale: float, impl: str = "auto"):
+    """The one entry point for cache-less self-attention; `impl` from ATTENTION_IMPLS."""
+    if impl == "reference":
+        return causal_block_attention(q, k, v, segment_ids, scale)
+    if impl in ("flash", "auto"):
+        from reterm_jax.model.flash_attention import flash_attention
+        return flash_attention(q, k, v, segment_ids, scale)
+    raise ValueError(f"model.attention_impl={impl!r}: use one of {', '.join(ATTENTION_IMPLS)}")
+
+
+def set_attention_impl(model: nnx.Module, impl: str) -> None:
+    """Set every GatedAttention's (static) attention_impl, e.g. on an abstract model."""
+    if impl not in ATTENTION_IMPLS:
+        raise ValueError(f"model.attention_impl={impl!r}: use one of {', '.join(ATTENTION_IMPLS)}")
+    for _, node in nnx.iter_graph(model):
+        if isinstance(node, GatedAttention):
+            node.attention_impl = impl
+
+
 class GatedAttention(nnx.Module):
     def __init__(self, config: Qwen3_5Config, *, dtype, param_dtype, rngs: nnx.Rngs):
+        self.attention_impl = "auto"  # static; see ATTENTION_IMPLS / set_attention_impl
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
@@ -89,7 +116,7 @@ class GatedAttention(nnx.Module):
         v = self.v_proj(x).reshape(b, t, self.num_kv_heads, d)
 
         if cache is None:
-            out = causal_block_attention(q, k, v, segment_ids, d ** -0.5)
+            out = self_attention(q, k, v, segment_ids, d ** -0.5, self.attention_impl)
         else:
             start = (0, index, 0, 0)
             keys = jax.lax.dynamic_update_slice(cache.keys, k.astype(cache.keys.dtype), start)

@@ -19,6 +19,7 @@ import optax
 from flax import nnx, struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from reterm_jax.model.attention import set_attention_impl
 from reterm_jax.model.config import Qwen3_5Config
 from reterm_jax.model.decoder import Qwen3_5ForCausalLM
 from reterm_jax.model.hf_io import abstract_model, load_pretrained
@@ -82,6 +83,7 @@ def abstract_params(cfg, mesh: Mesh):
     abstract.model.remat = remat_policy(cfg.remat)  # static module structure: goes in the graphdef
     abstract.model.scan_layers = bool(cfg.get("scan_layers", False))  # scan blocks of layers (compile time)
     abstract.logits_chunk = int(cfg.get("logits_chunk", abstract.logits_chunk))  # LM head in chunks (losses)
+    set_attention_impl(abstract, cfg.get("attention_impl", "auto"))  # flash | reference (static)
     graphdef, abs_params = nnx.split(abstract, nnx.Param)
     shardings = nnx.to_pure_dict(state_shardings(abs_params, mesh))
     return config, graphdef, nnx.to_pure_dict(abs_params), shardings
