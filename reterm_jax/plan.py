@@ -104,7 +104,9 @@ def estimate(cfg, n_devices: int, *, rollout_batch: int = 0, rollout_len: int = 
     micro_rows = cfg.train.batch_size // max(1, cfg.train.micro_batches)
     rows = math.ceil(micro_rows / n_dp)
     seq = cfg.data.seq_len
-    act = activation_bytes(config, rows, seq, dtype.itemsize, tp, cfg.model.remat)
+    act = activation_bytes(config, rows, seq, dtype.itemsize, tp, cfg.model.remat,
+                           attention_impl=cfg.model.get("attention_impl", "auto"),
+                           logits_chunk=int(cfg.model.get("logits_chunk", 0)))
     batch_bytes = rows * cfg.train.micro_batches * seq * (4 * 4 + 1)  # 4 int32 arrays + bool mask
 
     out = dict(params=param_bytes, optimizer=opt_bytes, gradients=grad_bytes, scan_copy=scan_copy, **act,
@@ -122,11 +124,13 @@ def _split(n: int, tp: int) -> float:
     return n / tp if n % tp == 0 else n  # a dim the tensor axis does not divide is replicated
 
 
-def activation_bytes(config: Qwen3_5Config, rows: int, seq: int, c: int, tp: int, remat: str) -> dict:
+def activation_bytes(config: Qwen3_5Config, rows: int, seq: int, c: int, tp: int, remat: str, *,
+                     attention_impl: str = "reference", logits_chunk: int = 0) -> dict:
     """Activation bytes of one device's micro-batch rows (estimate; docs/plan.md):
     saved  : what the forward keeps for the backward (remat full: each layer's input),
     working: one layer's internals while its backward runs, plus their gradients,
-    logits : fp32 logits, their softmax and their gradient (3 x rows x seq x vocab/tp x 4)."""
+    logits : fp32 logits, their softmax and their gradient (3 x rows x positions x vocab/tp x 4),
+             positions = seq, or `logits_chunk` when the losses run the head in chunks."""
     f, h = 4, config.hidden_size
     i = _split(config.intermediate_size, tp)
     cq = _split(config.linear_conv_dim, tp)            # DeltaNet q|k|v channels
@@ -140,7 +144,10 @@ def activation_bytes(config: Qwen3_5Config, rows: int, seq: int, c: int, tp: int
              + hv * 64 * 4 * f                             # chunk-local [64, 64] WY matrices
              + hv * config.linear_key_head_dim * config.linear_value_head_dim * f / 64)  # chunk states
     attn = 3 * qd * c + 2 * kvd * c + (qd + kvd) * (f + c)  # q|gate, k, v, norms+rope, output
-    scores = nq * (seq + 128) / 2 * (2 * f + c)            # per query token: scores, probs, weights
+    if attention_impl == "reference":
+        scores = nq * (seq + 128) / 2 * (2 * f + c)        # per query token: scores, probs, weights
+    else:  # flash: a log-sum-exp and a dO·O row sum per query head; tiles are counted once below
+        scores = nq * 2 * f
     per_token = {t: common + (attn + scores if t == FULL_ATTENTION else delta) for t in set(config.layer_types)}
     tokens = rows * seq
     layer_in = tokens * h * c
@@ -150,7 +157,11 @@ def activation_bytes(config: Qwen3_5Config, rows: int, seq: int, c: int, tp: int
     else:  # none (everything kept); "dots" keeps the matmul outputs, counted as all (upper bound)
         saved = tokens * sum(per_token[t] for t in config.layer_types)
         working = 2 * tokens * max(per_token.values())
-    logits = 3 * tokens * _split(config.vocab_size, tp) * f
+    if attention_impl != "reference":  # one [bq, bk] tile's scores, probs and grads, forward or backward
+        from reterm_jax.model.flash_attention import BLOCK_K, BLOCK_Q
+        working += 2 * rows * nq * min(seq, BLOCK_Q) * min(seq, BLOCK_K) * (3 * f + c)
+    positions = min(seq, logits_chunk) if logits_chunk > 0 else seq
+    logits = 3 * rows * positions * _split(config.vocab_size, tp) * f
     return dict(activations=saved + working, saved=saved, working=working, logits=logits)
 
 
@@ -172,6 +183,7 @@ def rollout_cache_bytes(config: Qwen3_5Config, rows: int, length: int, c: int, t
 def aot_compile(cfg, scan_layers: bool = True) -> dict:
     """Lower + compile the real train step for the current devices (run under fake CPU devices,
     see compile_in_subprocess); memory_analysis() numbers and timings."""
+    from reterm_jax.model.attention import set_attention_impl
     from reterm_jax.parallel.mesh import make_mesh
     from reterm_jax.parallel.rules import state_shardings
     from reterm_jax.train.state import abstract_train_state, batch_sharding, remat_policy, train_state_shardings
@@ -182,6 +194,8 @@ def aot_compile(cfg, scan_layers: bool = True) -> dict:
     abstract = abstract_model(config, jnp.dtype(cfg.model.dtype), jnp.dtype(cfg.model.param_dtype))
     abstract.model.remat = remat_policy(cfg.model.remat)  # as train/state.py abstract_params does
     abstract.model.scan_layers = scan_layers
+    abstract.logits_chunk = int(cfg.model.get("logits_chunk", abstract.logits_chunk))
+    set_attention_impl(abstract, cfg.model.get("attention_impl", "auto"))
     graphdef, abs_state = nnx.split(abstract, nnx.Param)
     param_sh = nnx.to_pure_dict(state_shardings(abs_state, mesh))
     abs_params = nnx.to_pure_dict(abs_state)
@@ -238,7 +252,7 @@ def report(cfg, n_devices: int, est: dict, hbm: float, compiled: dict | None = N
              f"  scan copy        {gb(est['scan_copy'])}   (stacked layer params + their stacked gradient)",
              f"  activations      {gb(est['activations'])}   (saved {est['saved'] / GB:.2f} + working "
              f"{est['working'] / GB:.2f})",
-             f"  logits           {gb(est['logits'])}   (fp32 logits, softmax, gradient)",
+             f"  logits           {gb(est['logits'])}   (fp32 logits, softmax, gradient; one head chunk)",
              f"  train step total {gb(est['train_total'])}   of {hbm / GB:.0f} GB HBM "
              f"({100 * est['train_total'] / hbm:.0f}%){'  DOES NOT FIT' if est['train_total'] > hbm else ''}"]
     if "rollout_cache" in est:
