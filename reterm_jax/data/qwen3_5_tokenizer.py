@@ -74,11 +74,6 @@ def _version_key() -> str:
     return h.hexdigest()[:12]
 
 
-def _chat_template() -> str:
-    with open(os.path.join(TINY_TOKENIZER_DIR, "tokenizer_config.json")) as fh:
-        return json.load(fh)["chat_template"]
-
-
 def build_tokenizer_json():
     """The `tokenizers.Tokenizer` (byte-level BPE from the ranks, Qwen3.5 split, NFC, added tokens)."""
     from tokenizers import AddedToken, Regex, normalizers, pre_tokenizers
@@ -106,19 +101,13 @@ def build_tokenizer_json():
 
 
 def tokenizer_config() -> dict:
-    return {
-        "tokenizer_class": "Qwen3_5Tokenizer",  # transformers rebuilds the pipeline by class: Qwen3.5 split + NFC
-        "bos_token": None,
-        "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>",
-        "unk_token": None,
-        "add_prefix_space": False,
-        "clean_up_tokenization_spaces": False,
-        "errors": "replace",
-        "split_special_tokens": False,
-        "model_max_length": 262144,
-        "chat_template": _chat_template(),
-    }
+    """The tiny tokenizer's config (eos <|im_end|>, pad <|endoftext|>, no BOS, as the real one;
+    and the project's chat template), loaded through transformers' Qwen3.5 tokenizer class,
+    which rebuilds the pipeline with Qwen3.5's split pattern and NFC on load."""
+    with open(os.path.join(TINY_TOKENIZER_DIR, "tokenizer_config.json")) as fh:
+        config = json.load(fh)
+    config["tokenizer_class"] = "Qwen3_5Tokenizer"
+    return config
 
 
 def build_tokenizer_dir(out_dir: str) -> str:

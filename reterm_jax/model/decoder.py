@@ -100,22 +100,6 @@ class TextModel(nnx.Module):
             for layer_type in config.layer_types])
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, "norm", param_dtype=param_dtype)
 
-    def head(self) -> tuple[jax.Array, bool]:
-        """(LM head weight, vocab_first): the tied embedding [V, H] or lm_head.kernel [H, V]."""
-        if self.lm_head is None:
-            return self.model.embed_tokens.embedding[...], True
-        return self.lm_head.kernel[...], False
-
-    def token_logprobs(self, input_ids, targets, positions=None, segment_ids=None, *,
-                       temperature: float = 1.0, with_entropy: bool = False):
-        """(log p(targets) [B, T], entropy [B, T] or None) under softmax(logits / temperature),
-        fp32, without building [B, T, V] logits: the head runs `logits_chunk` positions at a time
-        (model/vocab_chunks.py). targets[b, t] is the token position t predicts."""
-        hidden = self.model(input_ids, positions=positions, segment_ids=segment_ids)
-        weight, vocab_first = self.head()
-        return target_logprobs(hidden, weight, targets, vocab_first=vocab_first, chunk=self.logits_chunk,
-                               temperature=temperature, with_entropy=with_entropy)
-
     def __call__(self, input_ids, positions=None, segment_ids=None, cache: Cache | None = None):
         """Hidden states [B,T,H] (compute dtype), and the updated cache when one is given."""
         b, t = input_ids.shape
