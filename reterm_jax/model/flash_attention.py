@@ -24,7 +24,7 @@ from jax import lax
 
 from reterm_jax.model.norms import stat_dtype
 
-BLOCK_Q = 256  # CPU: 1.4-2x the reference at T=2k-8k (bench notes in docs/performance.md)
+BLOCK_Q = 256  # CPU, one layer fwd+bwd: 0.79x the reference at 2k, 1.23x at 8k (docs/performance.md)
 BLOCK_K = 256
 _NEG = -1e30  # finite "minus infinity" for running maxima: exp(_NEG - m) underflows to 0, never NaN
 
@@ -73,11 +73,12 @@ def _forward(q, k, v, segment_ids, scale, block_q, block_k):
         pos_i = lax.dynamic_slice_in_dim(positions, i * block_q, block_q)
 
         def key_block(j, carry):
+            seg_j = lax.dynamic_slice_in_dim(segment_ids, j * block_k, block_k, axis=1)
+
             def compute(carry):
                 m, l, acc = carry
                 k_j = lax.dynamic_slice_in_dim(k, j * block_k, block_k, axis=1)
                 v_j = lax.dynamic_slice_in_dim(v, j * block_k, block_k, axis=1)
-                seg_j = lax.dynamic_slice_in_dim(segment_ids, j * block_k, block_k, axis=1)
                 pos_j = lax.dynamic_slice_in_dim(positions, j * block_k, block_k)
                 vis = _visible(seg_i, pos_i, seg_j, pos_j)[:, None, None]      # [B, 1, 1, bq, bk]
                 s = jnp.where(vis, _tile_scores(q_i, k_j, scale, f), _NEG)
@@ -87,7 +88,6 @@ def _forward(q, k, v, segment_ids, scale, block_q, block_k):
                 l_new = alpha * l + jnp.sum(p, axis=-1)
                 pv = jnp.einsum("bkgqs,bskd->bkgqd", p.astype(v.dtype), v_j, preferred_element_type=f)
                 return m_new, l_new, alpha[..., None] * acc + pv
-            seg_j = lax.dynamic_slice_in_dim(segment_ids, j * block_k, block_k, axis=1)
             return lax.cond(_tile_maybe_visible(seg_i, seg_j), compute, lambda c: c, carry)
 
         m0 = jnp.full((b, nkv, g, block_q), _NEG, f)
@@ -121,10 +121,12 @@ def _backward(q, k, v, segment_ids, out, lse, dout, scale, block_q, block_k):
         pos_j = lax.dynamic_slice_in_dim(positions, j * block_k, block_k)
 
         def query_block(i, carry):
+            sl = lambda x, axis: lax.dynamic_slice_in_dim(x, i * block_q, block_q, axis=axis)
+            seg_i = sl(segment_ids, 1)
+
             def compute(carry):
                 dq, dk_j, dv_j = carry
-                sl = lambda x, axis: lax.dynamic_slice_in_dim(x, i * block_q, block_q, axis=axis)
-                q_i, do_i, seg_i = sl(q, 1), sl(dout, 1), sl(segment_ids, 1)
+                q_i, do_i = sl(q, 1), sl(dout, 1)
                 lse_i, delta_i = sl(lse, 3), sl(delta, 3)
                 pos_i = lax.dynamic_slice_in_dim(positions, i * block_q, block_q)
                 vis = _visible(seg_i, pos_i, seg_j, pos_j)[:, None, None]
@@ -137,7 +139,6 @@ def _backward(q, k, v, segment_ids, out, lse, dout, scale, block_q, block_k):
                 dq = lax.dynamic_update_slice_in_dim(dq, sl(dq, 1) + dq_i, i * block_q, axis=1)
                 dk_j = dk_j + jnp.einsum("bkgqs,bqkgd->bskd", ds.astype(q.dtype), q_i, preferred_element_type=f)
                 return dq, dk_j, dv_j
-            seg_i = lax.dynamic_slice_in_dim(segment_ids, i * block_q, block_q, axis=1)
             return lax.cond(_tile_maybe_visible(seg_i, seg_j), compute, lambda c: c, carry)
 
         dk0 = jnp.zeros((b, block_k, nkv, d), f)

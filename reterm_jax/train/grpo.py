@@ -331,8 +331,8 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
                    "stream": stream_state}
         # The checkpoint is keyed by loop step; the state's own counter is the updates applied
         # (fewer when steps were skipped for want of signal): the policy version.
-        state = state.replace(step=jax.device_put(
-            np.asarray(resumed["policy_version"], np.asarray(jax.device_get(state.step)).dtype), state.step.sharding))
+        state = state.replace(step=jax.device_put(np.asarray(resumed["policy_version"], state.step.dtype),
+                                                  state.step.sharding))
         logging.info("resumed from %s at step %d (policy version %d)", ckpt.directory, start,
                      resumed["policy_version"])
     else:
@@ -370,7 +370,7 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
     logger = MetricsLogger(os.path.join(workdir, "tb"), total_steps=config.train.steps, initial_step=start)
     losses, rewards = {}, {}
     updates = version  # optimizer updates applied = the policy version (a skipped step applies none)
-    updated_steps, skipped_steps = [], []
+    skipped_steps = []  # the updated ones are the keys of `losses`
     try:
         if bank is not None and resumed and resumed["bank"]:
             bank.set_state(resumed["bank"])  # before the workers start drawing entries
@@ -384,14 +384,14 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
             if workers is not None:
                 rollout["worker_errors"] = float(workers.snapshot_counters()["errors"])
             rollout = all_reduce_stats(rollout)  # summed / averaged over the processes (all agree below)
-            if rollout["groups_used"] > 0:
+            skipped = rollout["groups_used"] == 0
+            if not skipped:
                 state, metrics = train_step(state, put_batch(raw, mesh), ref_params)
                 updates += 1
                 store.publish(updates, state.params)  # version = optimizer updates applied
                 stream.set_version(updates)
                 scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
                 losses[step] = scalars["loss"]
-                updated_steps.append(step)
             else:
                 # No group with signal anywhere in the job: an update would still move the params
                 # (Adam's moments, weight decay) and advance the LR schedule and the policy version
@@ -402,7 +402,7 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
                                 "skipped, no update (policy version stays %d)", step, rollout["groups_seen"],
                                 rollout["groups_filtered"], rollout["sandbox_errors"], updates)
             scalars.update(rollout)
-            scalars.update({"skipped": float(bool(skipped_steps) and skipped_steps[-1] == step),
+            scalars.update({"skipped": float(skipped),
                             "steps_skipped": float(len(skipped_steps)), "policy_version": float(updates)})
             rewards[step] = scalars["reward_mean"]
             ckpt.save(step, state, data_iter.get_state(), force=step == last, extra={"policy_version": updates},
@@ -425,5 +425,5 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
     if config.train.export_hf and last == config.train.steps:
         hf_dir = export_hf(config, graphdef, state.params, workdir, tokenizer_dir)
     return {"rewards": rewards, "losses": losses, "last_step": last, "hf_dir": hf_dir, "workdir": workdir,
-            "resumed": resumed, "policy_version": store.version, "updated_steps": updated_steps,
+            "resumed": resumed, "policy_version": store.version, "updated_steps": sorted(losses),
             "skipped_steps": skipped_steps}
