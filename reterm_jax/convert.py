@@ -18,14 +18,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags, logging
+from absl import flags, logging
 from flax import nnx
+
+from reterm_jax import cli
+from reterm_jax.cli import UserError
 
 FLAGS = flags.FLAGS
 
@@ -41,6 +43,8 @@ def define_flags() -> None:
     flags.DEFINE_string("dtype", None, "--to=hf: cast exported tensors to this dtype (A_log and "
                         "linear_attn.norm stay float32), e.g. bfloat16. Default: the source's dtypes.")
     flags.DEFINE_string("param_dtype", "float32", "--to=orbax: dtype of the stored params.")
+    flags.DEFINE_bool("overwrite", False, "--to=hf: write into a non-empty --out directory (its *.safetensors "
+                      "and index are replaced); without it a non-empty --out is refused.")
     flags.DEFINE_string("mesh", None, "Optional 'data,fsdp,tensor' sizes to shard params over, e.g. 1,-1,1.")
 
 
@@ -183,41 +187,46 @@ def main(argv):
         _main(argv)
     except (FileNotFoundError, FileExistsError, KeyError, ValueError) as e:
         # Bad dirs / mismatched configs are user errors: a message, not a traceback.
-        sys.exit(f"reterm_jax.convert: error: {e.args[0] if isinstance(e, KeyError) else e}")
+        raise UserError(e.args[0] if isinstance(e, KeyError) else str(e)) from None
 
 
 def _main(argv):
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected positional arguments {argv[1:]}; use --flags only")
+        raise UserError(f"unexpected positional arguments {argv[1:]}; use --flags only")
     from reterm_jax.parallel.mesh import mesh_from_spec
 
     def need(*names):
         missing = [n for n in names if not getattr(FLAGS, n)]
         if missing:
-            raise app.UsageError(f"--to={FLAGS.to} needs " + ", ".join(f"--{n}" for n in missing))
+            raise UserError(f"--to={FLAGS.to} needs " + ", ".join(f"--{n}" for n in missing))
 
     def refuse(*names):
         given = [n for n in names if getattr(FLAGS, n)]
         if given:
-            raise app.UsageError(f"--to={FLAGS.to} does not take " + ", ".join(f"--{n}" for n in given))
+            raise UserError(f"--to={FLAGS.to} does not take " + ", ".join(f"--{n}" for n in given))
 
     if FLAGS.to is None:
-        raise app.UsageError("pass --to=orbax (with --hf, --out) or --to=hf (with --checkpoint, --out)")
+        raise UserError("pass --to=orbax (with --hf, --out) or --to=hf (with --checkpoint, --out)")
     mesh = mesh_from_spec(FLAGS.mesh) if FLAGS.mesh else None
     if FLAGS.to == "orbax":
         need("hf", "out")
         refuse("checkpoint", "source", "dtype")
         if not os.path.isdir(FLAGS.hf):
-            raise app.UsageError(f"--hf {FLAGS.hf!r} is not a directory")
+            raise UserError(f"--hf {FLAGS.hf!r} is not a directory")
         path = hf_to_orbax(FLAGS.hf, FLAGS.out, param_dtype=jnp.dtype(FLAGS.param_dtype), mesh=mesh)
         logging.info("wrote %s", path)
     else:
         need("checkpoint", "out")
         refuse("hf")
         if not os.path.isdir(FLAGS.checkpoint):
-            raise app.UsageError(f"--checkpoint {FLAGS.checkpoint!r} is not a directory")
+            raise UserError(f"--checkpoint {FLAGS.checkpoint!r} is not a directory")
         if FLAGS.source and not os.path.isdir(FLAGS.source):
-            raise app.UsageError(f"--source {FLAGS.source!r} is not a directory")
+            raise UserError(f"--source {FLAGS.source!r} is not a directory")
+        if os.path.isdir(FLAGS.out) and os.listdir(FLAGS.out) and not FLAGS.overwrite:
+            raise UserError(f"--out={FLAGS.out}: is not empty; choose an empty directory or pass --overwrite "
+                            "(its safetensors shards and index are replaced)")
+        if os.path.exists(FLAGS.out) and not os.path.isdir(FLAGS.out):
+            raise UserError(f"--out={FLAGS.out}: is a file; give a directory")
         orbax_to_hf(FLAGS.checkpoint, FLAGS.out, source=FLAGS.source,
                     dtype=jnp.dtype(FLAGS.dtype) if FLAGS.dtype else None, mesh=mesh)
         logging.info("wrote HF checkpoint to %s", FLAGS.out)
@@ -225,4 +234,4 @@ def _main(argv):
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    cli.run(main, config_help=False)

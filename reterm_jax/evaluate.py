@@ -14,9 +14,11 @@ import os
 import sys
 from pathlib import Path
 
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import config_flags
 
+from reterm_jax import cli
+from reterm_jax.cli import UserError
 from reterm_jax.rl import evaluation
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/eval.py", "configs/eval.py[:tiny|qwen3_5_9b]",
@@ -31,12 +33,12 @@ def task_dirs(path: str) -> list[Path]:
     not a valid task is kept, so that it shows up as a failed row instead of vanishing."""
     root = Path(path)
     if not root.is_dir():
-        raise app.UsageError(f"--tasks={path}: not a directory")
+        raise UserError(f"--tasks={path}: not a directory")
     if (root / "task.toml").is_file():
         return [root]
     found = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not found:
-        raise app.UsageError(f"--tasks={path}: no task directories in it")
+        raise UserError(f"--tasks={path}: no task directories in it")
     return found
 
 
@@ -68,7 +70,7 @@ def build_model_policy(config):
         from reterm_jax.model import Qwen3_5ForCausalLM
         model = Qwen3_5ForCausalLM(Qwen3_5Config.tiny(vocab_size=len(tok)), rngs=nnx.Rngs(config.seed))
     else:
-        raise app.UsageError(f"preset {m.preset}: set --config.model.hf_path or --config.model.checkpoint")
+        raise UserError(f"preset {m.preset}: set --config.model.hf_path or --config.model.checkpoint")
     ids = special_ids(tok)
     sampler = Sampler(model, stop_ids=ids.stop, pad_id=ids.pad, max_length=m.max_length)
     return ModelPolicy(sampler, tok, Limits(**config.limits.to_dict()), SamplingParams(**config.sampling.to_dict()),
@@ -81,7 +83,47 @@ def make_policy(config):
         return policies.SCRIPTED[config.policy]
     if config.policy == "model":
         return build_model_policy(config)
-    raise app.UsageError(f"--config.policy={config.policy!r}: use model, oracle or fault_then_oracle")
+    raise UserError(f"--config.policy={config.policy!r}: use model, oracle or fault_then_oracle")
+
+
+def protocol_names(config) -> list[str]:
+    protocols = [p.strip() for p in config.protocol.names.split(",") if p.strip()]
+    unknown = [p for p in protocols if p not in evaluation.PROTOCOLS]
+    if unknown or not protocols:
+        raise UserError(f"--config.protocol.names={config.protocol.names!r}: unknown {unknown}; choose from "
+                        f"{', '.join(evaluation.PROTOCOLS)}")
+    return protocols
+
+
+def check_config(config) -> None:
+    """What the user typed, checked before any model loads or sandbox starts (one-line UserError)."""
+    from reterm_jax.rl import policies
+    if config.policy not in (*policies.SCRIPTED, "model"):
+        raise UserError(f"--config.policy={config.policy!r}: use model, {', '.join(policies.SCRIPTED)}")
+    protocol_names(config)
+    for name, value in (("jobs", config.jobs), ("protocol.k", config.protocol.k),
+                        ("protocol.n_samples", config.protocol.n_samples), ("model.max_length", config.model.max_length),
+                        ("limits.max_turns", config.limits.max_turns), ("limits.max_tokens", config.limits.max_tokens),
+                        ("limits.max_new_tokens_per_turn", config.limits.max_new_tokens_per_turn)):
+        if value < 1:
+            raise UserError(f"--config.{name}={value}: must be >= 1")
+    for name, value in (("limits.wall_clock_s", config.limits.wall_clock_s),
+                        ("limits.command_timeout_s", config.limits.command_timeout_s)):
+        if value <= 0:
+            raise UserError(f"--config.{name}={value}: must be > 0")
+    if config.policy != "model":
+        return
+    m = config.model
+    if m.hf_path and not os.path.isfile(os.path.join(m.hf_path, "config.json")):
+        what = "no such directory" if not os.path.isdir(m.hf_path) else "no config.json in it (not an HF model dir)"
+        raise UserError(f"--config.model.hf_path={m.hf_path}: {what}")
+    if m.checkpoint and not os.path.isdir(m.checkpoint):
+        raise UserError(f"--config.model.checkpoint={m.checkpoint}: no such directory")
+    if m.tokenizer and m.tokenizer != "qwen3.5" and not os.path.isfile(os.path.join(m.tokenizer, "tokenizer.json")):
+        raise UserError(f"--config.model.tokenizer={m.tokenizer}: no tokenizer.json there (a tokenizer directory, "
+                        "or \"qwen3.5\")")
+    if not (m.hf_path or m.checkpoint) and m.preset != "tiny":
+        raise UserError(f"preset {m.preset}: set --config.model.hf_path or --config.model.checkpoint")
 
 
 def evaluate(config, dirs: list[Path], policy) -> list[evaluation.Trial]:
@@ -89,10 +131,7 @@ def evaluate(config, dirs: list[Path], policy) -> list[evaluation.Trial]:
     from tqdm import tqdm
 
     from reterm_jax.sandbox import DockerSandbox, SandboxPool, load_task, verify
-    protocols = [p.strip() for p in config.protocol.names.split(",") if p.strip()]
-    unknown = [p for p in protocols if p not in evaluation.PROTOCOLS]
-    if unknown or not protocols:
-        raise app.UsageError(f"--config.protocol.names: unknown {unknown}; choose from {evaluation.PROTOCOLS}")
+    protocols = protocol_names(config)
     jobs = [(d, p, s) for d in dirs for p in protocols for s in range(config.protocol.n_samples)]
 
     def run(job):
@@ -117,11 +156,12 @@ def evaluate(config, dirs: list[Path], policy) -> list[evaluation.Trial]:
 
 def main(argv):
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments {argv[1:]}; settings go in --config.a.b=value flags")
+        raise UserError(f"unexpected arguments {argv[1:]}; settings go in --config.a.b=value flags")
     config = _CONFIG.value
     if not _TASKS.value:
-        raise app.UsageError("--tasks=DIR is required")
+        raise UserError("--tasks=DIR is required")
     dirs = task_dirs(_TASKS.value)
+    check_config(config)
     workdir = _WORKDIR.value or os.path.join("runs", f"eval-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}")
     out = Path(_OUT.value or os.path.join(workdir, "results.json"))
     policy = make_policy(config)
@@ -135,7 +175,13 @@ def main(argv):
     out.write_text(json.dumps(results, indent=1, default=str))
     print(evaluation.format_table(trials, k))
     print(f"results: {out.resolve()}")
+    broken = sorted({t.task for t in trials if t.error})
+    if broken:
+        sys.stderr.write(f"error: {len(broken)} of {len(dirs)} tasks could not be evaluated: {', '.join(broken)} "
+                         "(the ERROR column says why; `python -m reterm_jax.sandbox check DIR` tests a task)\n")
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

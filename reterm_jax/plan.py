@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from reterm_jax.cli import UserError
 from reterm_jax.model.config import FULL_ATTENTION, Qwen3_5Config
 from reterm_jax.model.hf_io import abstract_model
 from reterm_jax.parallel.mesh import MESH_AXES, resolve_mesh_shape
@@ -55,6 +56,27 @@ def _shard_elems(shape, spec, sizes) -> int:
         axes = () if axes is None else (axes,) if isinstance(axes, str) else axes
         n *= dim // math.prod(sizes[a] for a in axes)
     return n
+
+
+def train_view(cfg):
+    """The config as the train step sees it. SFT: unchanged. GRPO (configs/grpo.py): its rows are
+    stream.groups_per_step x rollout.group_size trajectories of train.seq_len tokens, set as
+    train.batch_size and data.seq_len (the fields the planner and the SFT presets read)."""
+    if cfg.get("mode") != "grpo":
+        return cfg
+    import ml_collections
+    c = cfg.copy_and_resolve_references()
+    with c.unlocked():
+        c.data = ml_collections.ConfigDict(dict(seq_len=int(cfg.train.seq_len)))
+        c.train.batch_size = int(cfg.stream.groups_per_step * cfg.rollout.group_size)
+    return c
+
+
+def grpo_rollout_rows(cfg) -> int:
+    """Rows the GRPO rollout side decodes at once: each worker's sampler holds a group (G rows) or a
+    bank-filling batch (rollout.collect_batch), whichever is larger."""
+    r = cfg.rollout
+    return max(1, r.workers) * max(r.group_size, r.collect_batch)
 
 
 def _optimizer(cfg):
@@ -113,11 +135,77 @@ def estimate(cfg, n_devices: int, *, rollout_batch: int = 0, rollout_len: int = 
                batch=batch_bytes, mesh=sizes, rows_per_device=rows, param_elems_per_device=elems)
     out["train_total"] = (param_bytes + opt_bytes + grad_bytes + scan_copy + act["activations"] + act["logits"]
                           + batch_bytes)
-    if rollout_batch:
+    if cfg.get("mode") == "grpo":
+        # Beside the train state on the same devices: the PolicyStore's published copy of the
+        # params (same sharding, what the samplers read), the frozen reference when kl_coef > 0, and
+        # the samplers' caches, which today come back replicated: every device holds every row at
+        # full width (the rollout-engine issue shards them).
+        out["policy_copy"] = param_bytes
+        out["reference"] = param_bytes if cfg.loss.kl_coef > 0 else 0
+        out["rollout_rows"] = rollout_batch
+        out["rollout_cache"] = rollout_cache_bytes(config, rollout_batch, rollout_len, dtype.itemsize, 1) \
+            if rollout_batch else 0
+        out["grpo_total"] = out["train_total"] + out["policy_copy"] + out["reference"] + out["rollout_cache"]
+    elif rollout_batch:
         out["rollout_cache"] = rollout_cache_bytes(config, math.ceil(rollout_batch / n_dp), rollout_len,
                                                    dtype.itemsize, tp)
         out["rollout_total"] = param_bytes + out["rollout_cache"]
     return out
+
+
+def peak_bytes(est: dict) -> float:
+    """What has to fit on one device: the train step, plus (GRPO) the rollout side beside it."""
+    return est.get("grpo_total", est["train_total"])
+
+
+def advice(cfg, n_devices: int, hbm: float, *, rollout_batch: int, rollout_len: int, scan_layers: bool = True,
+           preset_name: str = "") -> list[str]:
+    """When a plan does not fit: single changes to the config (each estimated, so only the ones
+    that fit are named), or what comes closest."""
+    from reterm_jax.parallel.presets import PRESETS
+    grpo = cfg.get("mode") == "grpo"
+    tries = []
+    if cfg.model.remat != "full":
+        tries.append(("--config.model.remat=full", lambda c: c.model.update(dict(remat="full"))))
+    for k in (2, 4, 8):
+        m = cfg.train.micro_batches * k
+        if cfg.train.batch_size % m == 0:
+            tries.append((f"--config.train.micro_batches={m}", lambda c, m=m: c.train.update(dict(micro_batches=m))))
+    for name in PRESETS:
+        if name != preset_name and n_devices % PRESETS[name]["mesh"]["tensor"] == 0:
+            tries.append((f"--preset={name}", name))
+    tries.append((f"--devices={2 * n_devices}", 2 * n_devices))
+    half = cfg.data.seq_len // 2
+    tries.append((f"--config.{'train' if grpo else 'data'}.seq_len={half}",
+                  lambda c: c.data.update(dict(seq_len=half))))
+    if grpo and rollout_batch > 1:
+        tries.append((f"--rollout_batch={rollout_batch // 2} (fewer rollout.workers or a smaller group)",
+                      ("rollout_batch", rollout_batch // 2)))
+    results = []
+    for label, change in tries:
+        c, n, rb = cfg.copy_and_resolve_references(), n_devices, rollout_batch
+        try:
+            if isinstance(change, str):
+                from reterm_jax.parallel.presets import apply_preset
+                c = apply_preset(c, change, n)
+            elif isinstance(change, int):
+                n = change
+            elif isinstance(change, tuple):
+                rb = change[1]
+            else:
+                with c.unlocked():
+                    change(c)
+            total = peak_bytes(estimate(c, n, rollout_batch=rb, rollout_len=rollout_len, scan_layers=scan_layers))
+        except Exception as e:  # noqa: BLE001 - a change that does not apply is just not advice
+            results.append((float("inf"), label, f"does not apply ({e})"))
+            continue
+        results.append((total, label, f"{total / GB:.1f} GB"))
+    fits = [r for r in results if r[0] <= hbm]
+    if fits:
+        return ["it fits with any one of: " + "; ".join(f"{label} ({text})" for _, label, text in sorted(fits))]
+    best = sorted(r for r in results if r[0] < float("inf"))[:3]
+    return ["no single change fits; closest: " + "; ".join(f"{label} ({text})" for _, label, text in best)
+            + " (combine them, or shorten the rows)"]
 
 
 def _split(n: int, tp: int) -> float:
@@ -203,13 +291,25 @@ def aot_compile(cfg, scan_layers: bool = True) -> dict:
     shardings = train_state_shardings(tx, abs_params, param_sh, mesh)
     state = abstract_train_state(abs_params, tx, shardings)
     shape = (cfg.train.batch_size, cfg.data.seq_len)
-    batch = {k: jax.ShapeDtypeStruct(shape, jnp.bool_ if k == "target_mask" else jnp.int32,
-                                     sharding=batch_sharding(mesh)) for k in BATCH_KEYS}
-    step = make_train_step(graphdef, tx, schedule, micro_batches=cfg.train.micro_batches, mesh=mesh,
-                           shardings=shardings)
+    args = ()
+    if cfg.get("mode") == "grpo":  # the GRPO step on its rows (train_view), the reference when kl > 0
+        from reterm_jax.train.grpo_step import BATCH_KEYS as GRPO_KEYS
+        from reterm_jax.train.grpo_step import make_grpo_step
+        floats = ("loss_mask", "old_logprobs", "advantages", "weights")
+        batch = {k: jax.ShapeDtypeStruct(shape, jnp.float32 if k in floats else jnp.int32,
+                                         sharding=batch_sharding(mesh)) for k in GRPO_KEYS}
+        step = make_grpo_step(graphdef, tx, schedule, micro_batches=cfg.train.micro_batches, mesh=mesh,
+                              shardings=shardings, sampling_temperature=cfg.rollout.temperature, loss_cfg=cfg.loss)
+        if cfg.loss.kl_coef > 0:
+            args = (state.params,)
+    else:
+        batch = {k: jax.ShapeDtypeStruct(shape, jnp.bool_ if k == "target_mask" else jnp.int32,
+                                         sharding=batch_sharding(mesh)) for k in BATCH_KEYS}
+        step = make_train_step(graphdef, tx, schedule, micro_batches=cfg.train.micro_batches, mesh=mesh,
+                               shardings=shardings)
     t0 = time.perf_counter()
     with jax.set_mesh(mesh):  # the decoder's row-sharding constraint needs the mesh in context
-        lowered = step.lower(state, batch)
+        lowered = step.lower(state, batch, *args)
     t1 = time.perf_counter()
     compiled = lowered.compile()
     t2 = time.perf_counter()
@@ -241,7 +341,9 @@ def compile_in_subprocess(cfg, n_devices: int, scan_layers: bool = True, timeout
 
 def report(cfg, n_devices: int, est: dict, hbm: float, compiled: dict | None = None) -> str:
     gb = lambda x: f"{x / GB:9.2f} GB"
-    lines = [f"per-device memory plan: {n_devices} devices, mesh {est['mesh']}, remat={cfg.model.remat}, "
+    grpo = "grpo_total" in est
+    lines = [f"per-device memory plan{' (GRPO: groups_per_step x group_size trajectories per step)' if grpo else ''}: "
+             f"{n_devices} devices, mesh {est['mesh']}, remat={cfg.model.remat}, "
              f"seq_len={cfg.data.seq_len}, batch={cfg.train.batch_size} in {cfg.train.micro_batches} "
              f"micro-batches ({est['rows_per_device']} row(s) per device per micro-batch), "
              f"dtype={cfg.model.dtype}, params {cfg.model.param_dtype}",
@@ -255,7 +357,14 @@ def report(cfg, n_devices: int, est: dict, hbm: float, compiled: dict | None = N
              f"  logits           {gb(est['logits'])}   (fp32 logits, softmax, gradient; one head chunk)",
              f"  train step total {gb(est['train_total'])}   of {hbm / GB:.0f} GB HBM "
              f"({100 * est['train_total'] / hbm:.0f}%){'  DOES NOT FIT' if est['train_total'] > hbm else ''}"]
-    if "rollout_cache" in est:
+    if grpo:
+        lines += [f"  policy copy      {gb(est['policy_copy'])}   (the published params the samplers read)",
+                  f"  reference model  {gb(est['reference'])}   (frozen warm start; 0 when loss.kl_coef = 0)",
+                  f"  rollout caches   {gb(est['rollout_cache'])}   ({est['rollout_rows']} rows x "
+                  f"{cfg.rollout.cache_length} tokens, replicated on every device today)",
+                  f"  GRPO total       {gb(est['grpo_total'])}   of {hbm / GB:.0f} GB HBM "
+                  f"({100 * est['grpo_total'] / hbm:.0f}%){'  DOES NOT FIT' if est['grpo_total'] > hbm else ''}"]
+    elif "rollout_cache" in est:
         lines += [f"  rollout caches   {gb(est['rollout_cache'])}   (KV + DeltaNet state of this device's rows)",
                   f"  rollout total    {gb(est['rollout_total'])}   (params + caches; "
                   f"{100 * est['rollout_total'] / hbm:.0f}% of HBM)"]
@@ -283,31 +392,52 @@ def _hbm(value: str) -> float:
     try:
         return float(value)
     except ValueError:
-        raise ValueError(f"--hbm={value!r}: a byte count (e.g. 141e9) or one of {sorted(HBM)}") from None
+        raise UserError(f"--hbm={value}: a byte count (e.g. 141e9) or one of {', '.join(sorted(HBM))}") from None
 
 
 def main(argv):
-    from absl import app
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments {argv[1:]}")
+        raise UserError(f"unexpected arguments {argv[1:]}")
     cfg = FLAGS.config
     if cfg is None:
-        raise app.UsageError("--config is required, e.g. --config=configs/sft.py:qwen3_5_9b")
+        raise UserError("--config is required, e.g. --config=configs/sft.py:qwen3_5_9b")
     n = FLAGS.devices
+    if n < 1:
+        raise UserError(f"--devices={n}: must be >= 1")
+    hbm = _hbm(FLAGS.hbm)
     if FLAGS.preset:
-        cfg = apply_preset(cfg, FLAGS.preset, n)
-    rollout = cfg.get("rollout", {})
-    rollout_batch = FLAGS.rollout_batch if FLAGS.rollout_batch is not None else \
-        rollout.get("group_size", 0) * rollout.get("collect_batch", 1)
-    rollout_len = FLAGS.rollout_len or rollout.get("max_tokens", 0) or cfg.data.seq_len
+        from reterm_jax.parallel.presets import PRESETS
+        if FLAGS.preset not in PRESETS:
+            raise UserError(f"--preset={FLAGS.preset}: choose one of {', '.join(sorted(PRESETS))}")
+    grpo = cfg.get("mode") == "grpo"
+    cfg = train_view(cfg)
+    if FLAGS.preset:
+        try:
+            cfg = apply_preset(cfg, FLAGS.preset, n)
+        except ValueError as e:
+            raise UserError(f"--preset={FLAGS.preset}: {e}") from None
+    if grpo:
+        rollout_batch = FLAGS.rollout_batch if FLAGS.rollout_batch is not None else grpo_rollout_rows(cfg)
+        rollout_len = FLAGS.rollout_len or cfg.rollout.cache_length
+    else:
+        rollout = cfg.get("rollout", {})
+        rollout_batch = FLAGS.rollout_batch if FLAGS.rollout_batch is not None else \
+            rollout.get("group_size", 0) * rollout.get("collect_batch", 1)
+        rollout_len = FLAGS.rollout_len or rollout.get("max_tokens", 0) or cfg.data.seq_len
     est = estimate(cfg, n, rollout_batch=rollout_batch, rollout_len=rollout_len, scan_layers=FLAGS.scan_layers)
     compiled = compile_in_subprocess(cfg, n, FLAGS.scan_layers) if FLAGS.compile else None
-    print(report(cfg, n, est, _hbm(FLAGS.hbm), compiled))
+    print(report(cfg, n, est, hbm, compiled))
+    if peak_bytes(est) > hbm:
+        for line in advice(cfg, n, hbm, rollout_batch=rollout_batch, rollout_len=rollout_len,
+                           scan_layers=FLAGS.scan_layers, preset_name=FLAGS.preset):
+            print(f"  does not fit: {line}")
 
 
 if __name__ == "__main__":
-    from absl import app, flags
+    from absl import flags
     from ml_collections import config_flags
+
+    from reterm_jax import cli
     config_flags.DEFINE_config_file("config", None, "Train config, e.g. configs/sft.py:qwen3_5_9b")
     flags.DEFINE_integer("devices", 8, "Devices of the target mesh (fake CPU devices with --compile).")
     flags.DEFINE_string("preset", "", "Sharding preset (reterm_jax.parallel.presets): fsdp | fsdp_tp.")
@@ -315,8 +445,9 @@ if __name__ == "__main__":
                       "XLA's memory_analysis next to the estimate.")
     flags.DEFINE_bool("scan_layers", True, "Compile with the decoder scanned over blocks (bounded compile time).")
     flags.DEFINE_string("hbm", "h200", f"Device memory: bytes or one of {sorted(HBM)}.")
-    flags.DEFINE_integer("rollout_batch", None, "Sequences in a rollout batch (G x groups); "
-                         "default config.rollout.group_size x collect_batch, or 0 (none).")
-    flags.DEFINE_integer("rollout_len", 0, "Tokens per rollout sequence; default config.rollout.max_tokens.")
+    flags.DEFINE_integer("rollout_batch", None, "Sequences in a rollout batch; default for GRPO configs "
+                         "rollout.workers x max(group_size, collect_batch), else 0 (none).")
+    flags.DEFINE_integer("rollout_len", 0, "Tokens per rollout sequence; default config.rollout.cache_length "
+                         "(GRPO).")
     FLAGS = flags.FLAGS
-    app.run(main)
+    cli.run(main)

@@ -244,7 +244,7 @@ def test_presets_check_and_match_the_sft_model():
         c = grpo_config.get_config(preset)
         assert c.mode == "grpo"
         assert c.model.to_dict() == sft_config.get_config(preset).model.to_dict()  # the SFT warm start fits
-        c.env.tasks = c.env.tasks or "/data/tasks/*"
+        c.env.tasks = c.env.tasks or os.path.join(os.path.dirname(os.path.dirname(__file__)), "tasks", "*")
         check_config(c, 1)
         assert c.rollout.max_tokens <= c.train.seq_len
     c = grpo_config.get_config("tiny")

@@ -74,14 +74,19 @@ def test_recovery_groups_from_a_bank_filled_by_a_failing_policy(bank, task_path,
     assert assess(group, 3, StreamConfig(groups_per_step=1, group_size=2, seq_len=2048, pad_id=0)).usable
 
 
-def test_a_sandbox_killed_mid_episode_is_a_masked_member(bank, task_path, sampler, tok, docker_client):
+@pytest.mark.parametrize("kill_at_turn", [1, 2], ids=["mid_episode", "after_the_last_command"])
+def test_a_killed_sandbox_is_a_masked_member_named_in_a_warning(bank, task_path, sampler, tok, docker_client,
+                                                                kill_at_turn, caplog):
+    """Killed before row 1's second command (its exec fails) or after its last one (the episode
+    completes, and the verifier finds the container dead): either way a masked member, counted in
+    sandbox_errors and named (container, task, attempt) in one warning."""
     task = load_task(task_path("make_greeting"))
     killed = []
 
     def script(r, traj):
-        if r == 1 and len(traj.turns) == 1 and not killed:  # before row 1's second turn runs
+        if r == 1 and len(traj.turns) == kill_at_turn and not killed:
             docker_client.api.kill(producer.current_sandboxes[1].id)
-            killed.append(producer.current_sandboxes[1].id)
+            killed.append(producer.current_sandboxes[1].name)
         return FIX[len(traj.turns)]
 
     producer = make_producer(bank, task, sampler, tok, script)
@@ -95,6 +100,8 @@ def test_a_sandbox_killed_mid_episode_is_a_masked_member(bank, task_path, sample
     finally:
         stream.stop()
     assert killed and workers.counters.errors == 0
+    named = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and killed[0] in r.getMessage()]
+    assert len(named) == 1 and task.name in named[0] and "attempt 2 of 2" in named[0], named
     stats = batch["stats"]
     assert stats["sandbox_errors"] == 1 and stats["members_invalid"] == 1 and stats["trajectories"] == 1
     assert float(stats["reward_mean"]) == 1.0  # the surviving member fixed the task
@@ -102,7 +109,7 @@ def test_a_sandbox_killed_mid_episode_is_a_masked_member(bank, task_path, sample
     assert batch["weights"][1].sum() == 0 and batch["loss_mask"][1].sum() == 0
     assert batch["weights"][0, 0] == 1.0 and batch["loss_mask"][0].sum() > 0
     with pytest.raises(Exception):  # the killed container is gone (closed), nothing leaks
-        docker_client.containers.get(killed[0])
+        docker_client.containers.get(killed[0])  # a container name
 
 
 def test_seeding_from_fault_commands_banks_the_scripted_failure_once(bank, task_path, sampler, tok):

@@ -141,3 +141,39 @@ def test_unknown_mode_names_the_available_ones(tmp_path):
                           text=True, timeout=120, env=dict(os.environ, JAX_PLATFORMS="cpu"))
     assert proc.returncode != 0
     assert "config.mode='dpo' is not implemented; available modes: ['grpo', 'sft']" in proc.stderr
+
+
+def _truncate_largest(directory: str) -> str:
+    files = [p for p in glob.glob(os.path.join(directory, "**", "*"), recursive=True) if os.path.isfile(p)]
+    largest = max(files, key=os.path.getsize)
+    with open(largest, "r+b") as fh:
+        fh.truncate(os.path.getsize(largest) // 2)
+    return largest
+
+
+def test_a_damaged_latest_checkpoint_is_set_aside_and_the_run_resumes_from_the_previous(cli_run):
+    """The CLI run's checkpoints (steps 2 and 4) copied, step 4's largest params file cut in half:
+    the run names step 4, moves it aside and resumes from step 2; steps 3-4 then give the
+    uninterrupted run's losses. With step 2 damaged as well, one line says what to delete."""
+    import shutil
+
+    from reterm_jax.cli import UserError
+    from reterm_jax.train.sft import train
+    workdir = str(cli_run["tmp"] / "damaged")
+    shutil.copytree(os.path.join(cli_run["workdir"], "checkpoints"), os.path.join(workdir, "checkpoints"))
+    _truncate_largest(os.path.join(workdir, "checkpoints", "4", "params"))
+    c = _config(cli_run["data"])
+    c.train.export_hf = False
+    got = train(c, workdir)["losses"]
+    assert sorted(got) == [3, 4]
+    reference = _tb_losses(os.path.join(cli_run["workdir"], "tb"))
+    for step in (3, 4):
+        np.testing.assert_allclose(got[step], reference[step], rtol=1e-6, err_msg=f"step {step}")
+    aside = glob.glob(os.path.join(workdir, "checkpoints.unreadable", "4-*"))
+    assert len(aside) == 1 and open(os.path.join(aside[0], "WHY.txt")).read().strip()
+    # now 2 (damaged) and a fresh 4: damage both; nothing is moved, the error names the dir to delete
+    for step in (2, 4):
+        os.remove(os.path.join(workdir, "checkpoints", str(step), "train", "metadata"))
+    with pytest.raises(UserError, match=r"no checkpoint in .*checkpoints can be restored .* delete .*checkpoints"):
+        train(c, workdir)
+    assert sorted(d for d in os.listdir(os.path.join(workdir, "checkpoints")) if d.isdigit()) == ["2", "4"]

@@ -12,7 +12,10 @@ loadable by transformers.AutoTokenizer) to --out, or to the cache load_tokenizer
 import os
 
 import numpy as np
-from absl import app, flags, logging
+from absl import flags, logging
+
+from reterm_jax import cli
+from reterm_jax.cli import UserError
 
 from reterm_jax.data.chat import BASH_TOOL, check_chat_template, encode_example
 from reterm_jax.data.pipeline import sft_dataset
@@ -35,7 +38,7 @@ def build_tokenizer(out: str) -> None:
     from reterm_jax.data.qwen3_5_tokenizer import build_tokenizer_dir, cached_tokenizer_dir
 
     if out and os.path.isfile(out):
-        raise app.UsageError(f"--out={out}: is a file; give a directory")
+        raise UserError(f"--out={out}: is a file; give a directory")
     start = time.time()
     path = build_tokenizer_dir(out) if out else cached_tokenizer_dir()
     tok = load_tokenizer(path)
@@ -46,18 +49,22 @@ def build_tokenizer(out: str) -> None:
 def main(argv):
     if len(argv) > 1:
         if argv[1:] != ["tokenizer"]:
-            raise app.UsageError(f"unknown command {' '.join(argv[1:])!r}: the only command is `tokenizer`")
+            raise UserError(f"unknown command {' '.join(argv[1:])!r}: the only command is `tokenizer`")
         return build_tokenizer(_OUT.value)
     if not _DATA.value:
-        raise app.UsageError("--data is required (a .jsonl/.parquet/.arrow file, a directory, or a dataset name)")
+        raise UserError("--data is required (a .jsonl/.parquet/.arrow file, a directory, or a dataset name)")
+    if _SEQ_LEN.value < 2:
+        raise UserError(f"--seq_len={_SEQ_LEN.value}: must be >= 2")
+    if _BATCH.value < 1:
+        raise UserError(f"--batch_size={_BATCH.value}: must be >= 1")
     try:
         rows, report = load_and_validate(_DATA.value, _SPLIT.value)
         tokenizer = load_tokenizer(_TOKENIZER.value)
     except (FileNotFoundError, ValueError) as e:
-        raise app.UsageError(str(e)) from None
+        raise UserError(str(e)) from None
     print(f"rows: {report.total} read, {report.valid} valid, {report.invalid} skipped {report.by_kind}")
     if not rows:
-        raise app.UsageError("no valid rows; see the warnings above for each skipped row's id and reason")
+        raise UserError("no valid rows; see the warnings above for each skipped row's id and reason")
     tools = [BASH_TOOL] if _BASH_TOOL.value else None
     compared = check_chat_template(tokenizer, rows, tools=tools)
     print(f"chat template: renderer agrees with the tokenizer's template on {compared} rows")
@@ -79,4 +86,4 @@ def main(argv):
 
 if __name__ == "__main__":
     logging.set_verbosity(logging.WARNING)
-    app.run(main)
+    cli.run(main, config_help=False)

@@ -59,6 +59,12 @@ def read_file(path: str) -> list[dict]:
     return _read_arrow(path)
 
 
+def looks_local(source: str) -> bool:
+    """Whether `source` names a local file or directory (a data-file extension, or a path that starts
+    with ., / or ~) rather than a hub dataset name such as "org/name"."""
+    return os.path.splitext(source)[1].lower() in FORMATS or source.startswith((".", "/", "~"))
+
+
 def load_rows(source: str, split: str = "train", **load_kwargs) -> list[dict]:
     """Raw rows from a file, a directory of files (sorted by name), or a dataset name for
     `datasets.load_dataset(source, split=split, **load_kwargs)` (a hub name, or a packaged builder
@@ -71,7 +77,7 @@ def load_rows(source: str, split: str = "train", **load_kwargs) -> list[dict]:
         return [row for path in files for row in read_file(path)]
     if os.path.isfile(source):
         return read_file(source)
-    if os.path.splitext(source)[1].lower() in FORMATS or source.startswith((".", "/", "~")):
+    if looks_local(source):
         raise FileNotFoundError(f"data file {source!r} does not exist (check the path, relative to {os.getcwd()})")
     return _load_from_hub(source, split, load_kwargs)
 

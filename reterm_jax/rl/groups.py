@@ -29,11 +29,12 @@ class Group:
     failure_id: str            # FailureEntry.entry_id it branched from ("" for synthetic envs)
     policy_version: int        # version of the params that sampled EVERY trajectory of the group
     trajectories: list[Trajectory]   # G attempts; tokens = context (loss_mask 0) + sampled turns
-    valid: list[bool]          # False: sandbox error / verify crash / timeout -> masked out
+    valid: list[bool]          # False: sandbox error / verifier infrastructure failure / wall clock -> masked
     rewards: list[float]       # verified reward per attempt (0.0 where invalid)
     resolved: list[bool]       # reward >= threshold
     rollout_s: float = 0.0     # wall time to produce the group
-    sandbox_errors: int = 0
+    sandbox_errors: int = 0    # attempts the environment lost (masked), and failed bank-filling rounds
+    verifier_failures: int = 0  # attempts whose verifier error the agent caused (reward 0, kept)
 
     def __post_init__(self):
         n = len(self.trajectories)

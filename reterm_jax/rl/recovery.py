@@ -67,6 +67,7 @@ class ProducerStats:
     failures_added: int = 0
     sandbox_errors: int = 0
     verify_errors: int = 0
+    verifier_failures: int = 0   # verifier errors the agent caused (reward 0, kept in the group)
     skipped_too_long: int = 0
 
 
@@ -173,11 +174,19 @@ class RecoveryProducer:
             self.stats.fresh_attempts += len(trajs)
             rows = [r for r, tr in enumerate(trajs) if tr.end_reason != harness.SANDBOX_ERROR]
             errors = len(trajs) - len(rows)
+            for r, tr in enumerate(trajs):
+                if tr.end_reason == harness.SANDBOX_ERROR:
+                    log.warning("collect: sandbox %s (task %s) failed during the attempt: %s", sandboxes[r].name,
+                                tasks[r].name, tr.error)
             verified = self._map(lambda r: self.verify_fn(sandboxes[r], tasks[r]), rows)
             for r, outcome in zip(rows, verified):
                 result = outcome.value if outcome.ok else None
-                if result is None or result.error:
+                if result is None or getattr(result, "infrastructure", result.error is not None):
+                    # no reward was measured: not a failure state to learn from
+                    log.warning("collect: sandbox %s (task %s): could not verify: %s", sandboxes[r].name,
+                                tasks[r].name, outcome.error if result is None else result.error)
                     self.stats.verify_errors += 1
+                    errors += 1
                     continue
                 if result.reward >= self.cfg.threshold:
                     self.stats.fresh_resolved += 1
@@ -281,17 +290,28 @@ class RecoveryProducer:
             for sb in sandboxes:
                 sb.close()
         valid, rewards, resolved = [], [], []
-        for traj in trajs:
-            ok = (traj.end_reason not in self.cfg.mask_end_reasons and traj.reward is not None
-                  and traj.verify_error is None)
+        lost = verifier_failures = 0
+        for i, traj in enumerate(trajs):
+            # Masked: the environment failed (no reward was measured). A verifier error the agent can
+            # cause (no / unparsable reward file, verifier timeout) is a real reward 0 and stays.
+            infra = traj.end_reason == harness.SANDBOX_ERROR or traj.verify_infra
+            ok = traj.end_reason not in self.cfg.mask_end_reasons and traj.reward is not None and not infra
             valid.append(ok)
             rewards.append(float(traj.reward) if ok else 0.0)
             resolved.append(ok and float(traj.reward) >= self.cfg.threshold)
-            errors += traj.end_reason == harness.SANDBOX_ERROR
+            if infra:
+                lost += 1
+                log.warning("sandbox %s (task %s, failure %s, attempt %d of %d, policy version %d) lost: %s",
+                            sandboxes[i].name, task.name, entry.entry_id, i + 1, g, version,
+                            traj.error or traj.verify_error)
+            elif traj.verify_error is not None:
+                verifier_failures += 1
             self.stats.verify_errors += traj.verify_error is not None
         self.stats.groups += 1
-        self.stats.sandbox_errors += sum(t.end_reason == harness.SANDBOX_ERROR for t in trajs)
+        self.stats.sandbox_errors += lost
+        self.stats.verifier_failures += verifier_failures
         return Group(_new_id("group"), task.name, entry.entry_id, int(version), trajs, valid, rewards, resolved,
-                     rollout_s=time.monotonic() - start, sandbox_errors=int(errors))
+                     rollout_s=time.monotonic() - start, sandbox_errors=int(errors + lost),
+                     verifier_failures=verifier_failures)
 
 

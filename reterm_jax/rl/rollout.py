@@ -256,8 +256,9 @@ def run_episodes(sampler: Sampler, tokenizer, envs: Sequence, messages: Sequence
             if outcome.ok:
                 traj.reward, traj.resolved = outcome.value.reward, outcome.value.resolved
                 traj.verify_error = outcome.value.error
+                traj.verify_infra = bool(getattr(outcome.value, "infrastructure", False))
             else:
-                traj.reward, traj.verify_error = 0.0, outcome.error
+                traj.reward, traj.verify_error, traj.verify_infra = 0.0, outcome.error, True
     for traj in trajs:
         traj.wall_s = time.monotonic() - started
     return trajs

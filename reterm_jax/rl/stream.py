@@ -49,7 +49,8 @@ OVERLONG_MODES = ("none", "mask", "penalty")
 SIGNALS = ("resolved", "reward")
 TRUNCATED = (harness.TOKEN_BUDGET, harness.TURN_TOO_LONG)
 COUNTERS = ("batches", "groups_seen", "groups_used", "groups_filtered", "groups_too_few_valid", "groups_stale",
-            "groups_padded", "members_invalid", "members_overlong", "sandbox_errors", "trajectories")
+            "groups_padded", "members_invalid", "members_overlong", "sandbox_errors", "verifier_failures",
+            "trajectories")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -274,6 +275,7 @@ class GroupStreamIterator(grain.DatasetIterator):
             "members_invalid": sum(int((~np.asarray(a.group.valid, bool)).sum()) for a in seen),
             "members_overlong": sum(a.overlong for a in seen),
             "sandbox_errors": sum(a.group.sandbox_errors for a in seen),
+            "verifier_failures": sum(a.group.verifier_failures for a in seen),
             "trajectories": int(np.count_nonzero(batch["weights"][:, 0])),
         }
         for k, v in step.items():

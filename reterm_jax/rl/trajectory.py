@@ -57,6 +57,7 @@ class Trajectory:
     reward: float | None = None
     resolved: bool = False
     verify_error: str | None = None  # the verifier's problem (reward 0), e.g. a missing reward file
+    verify_infra: bool = False       # verify_error is the infrastructure's (no reward measured: masked)
     error: str | None = None         # the episode's own failure (end_reason sandbox_error)
     started_at: str = dataclasses.field(
         default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).isoformat())
@@ -137,6 +138,7 @@ class Trajectory:
             "final_metrics": {"total_prompt_tokens": len(self.tokens) - self.num_sampled,
                               "total_completion_tokens": self.num_sampled, "total_steps": len(steps)},
             "extra": {"task_id": self.task_id, "reward": self.reward, "resolved": self.resolved,
-                      "end_reason": self.end_reason, "verify_error": self.verify_error, "error": self.error,
+                      "end_reason": self.end_reason, "verify_error": self.verify_error, "verify_infra": self.verify_infra,
+                      "error": self.error,
                       "wall_s": self.wall_s},
         }

@@ -10,7 +10,9 @@ continues from never sees the verifier's side effects.
 Reward: /logs/verifier/reward.txt holds one float. reward.json holds {name: float};
 it reduces to its "reward" key if present, else to the mean of its values. When both
 exist, reward.txt wins. A timeout, a missing or unparseable reward file gives
-reward 0 with the reason in `error`. Resolved means reward >= 1.0.
+reward 0 with the reason in `error` (the agent can cause these: a real 0). When the state cannot be
+committed or cloned, or the clone dies, `error` says so and `infrastructure` is True: no reward
+was measured. Resolved means reward >= 1.0.
 """
 from __future__ import annotations
 
@@ -38,6 +40,11 @@ class VerifyResult:
     timed_out: bool
     duration_s: float
     error: str | None = None     # why the reward is 0 without the tests saying so
+    # True: the error is the infrastructure's (the state could not be committed or cloned, the
+    # clone died, the engine failed): no reward was measured, so training masks the attempt.
+    # False with an error: the agent's doing (no or unparsable reward file, verifier timeout),
+    # a real reward 0.
+    infrastructure: bool = False
 
     @property
     def resolved(self) -> bool:
@@ -82,8 +89,9 @@ def parse_reward_files(listing: str) -> tuple[dict[str, float], str | None]:
 
 
 def _failed(start: float, error: str, r: ExecResult | None = None) -> VerifyResult:
+    """The verifier could not run (an infrastructure failure, see VerifyResult.infrastructure)."""
     return VerifyResult(0.0, {}, r.output if r else "", r.exit_code if r else -1,
-                        bool(r and r.timed_out), time.monotonic() - start, error)
+                        bool(r and r.timed_out), time.monotonic() - start, error, infrastructure=True)
 
 
 def verify(sandbox: DockerSandbox, task: Task | None = None, *,

@@ -3,10 +3,11 @@ config.mode (the package `reterm_jax.train` holds the loops; this is its command
 import datetime
 import os
 
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import config_flags
 
-from reterm_jax.parallel.distributed import maybe_initialize
+from reterm_jax import cli
+from reterm_jax.cli import UserError
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/sft.py or configs/sft.py:tiny.",
                                           lock_config=True)
@@ -16,20 +17,23 @@ MODES = {"sft": "reterm_jax.train.sft", "grpo": "reterm_jax.train.grpo"}
 
 
 def main(argv):
-    maybe_initialize()  # before anything touches a device; a no-op on one process
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments {argv[1:]}; settings go in --config.a.b=value flags")
+        raise UserError(f"unexpected arguments {argv[1:]}; settings go in --config.a.b=value flags")
     config = _CONFIG.value
     if config is None:
-        raise app.UsageError("--config is required, e.g. --config=configs/sft.py")
+        raise UserError("--config is required, e.g. --config=configs/sft.py")
     mode = config.get("mode")
     if mode not in MODES:
-        raise app.UsageError(f"config.mode={mode!r} is not implemented; available modes: {sorted(MODES)}")
+        raise UserError(f"config.mode={mode!r} is not implemented; available modes: {sorted(MODES)}")
+    import importlib
+    loop = importlib.import_module(MODES[mode])
+    loop.check_config(config)  # the user's typing, before JAX starts
+    from reterm_jax.parallel.distributed import maybe_initialize
+    maybe_initialize()  # before anything touches a device; a no-op on one process
     workdir = _WORKDIR.value or os.path.join(
         "runs", f"{mode}-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}")
     logging.info("mode %s, workdir %s", mode, os.path.abspath(workdir))
-    import importlib
-    result = importlib.import_module(MODES[mode]).train(config, workdir)
+    result = loop.train(config, workdir)
     for line in summary_lines(result):
         print(line)
     print(f"workdir: {os.path.abspath(workdir)}")
@@ -60,4 +64,4 @@ def summary_lines(result: dict) -> list[str]:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -20,13 +20,25 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import time
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from absl import logging
 from jax.experimental import multihost_utils
 
 from reterm_jax.train.state import TrainState
+
+
+def check_checkpoint_fields(config) -> None:
+    """The run config's `checkpoint` section (a one-line UserError, before anything starts)."""
+    from reterm_jax.cli import UserError
+    c = config.checkpoint
+    for name in ("every", "keep"):
+        if c[name] < 1:
+            raise UserError(f"--config.checkpoint.{name}={c[name]}: must be >= 1")
 
 
 class Checkpointer:
@@ -100,12 +112,61 @@ class Checkpointer:
             return state, train["data_iterator"], extra
         return state, train["data_iterator"]
 
+    def restore_latest(self, target: TrainState, *, with_extra: bool = False):
+        """(step, restore(step, ...)) for the newest step that restores, or None when there is no
+        checkpoint. A step that fails while an older one restores is damaged (the same target reads
+        the older one, so it is not a config change): it is named in a warning and moved aside to
+        <dir>.unreadable/<step>-<time>, and the run resumes from the older step. When no step
+        restores, nothing is moved and a one-line error says what to delete (or that the config
+        no longer matches the checkpoint)."""
+        steps = sorted(self.manager.all_steps(), reverse=True)
+        if not steps:
+            return None
+        failed = []
+        for step in steps:
+            try:
+                restored = self.restore(step, target, with_extra=with_extra)
+            except Exception as e:  # noqa: BLE001 - orbax / tensorstore raise many types for bad files
+                reason = _first_line(e)
+                logging.warning("checkpoint %s/%d cannot be restored: %s", self.directory, step, reason)
+                failed.append((step, reason))
+                continue
+            for bad, reason in failed:
+                self._set_aside(bad, reason)
+            if failed:
+                logging.warning("resuming from the newest readable checkpoint, step %d (set aside: %s)", step,
+                                ", ".join(str(b) for b, _ in failed))
+            return step, restored
+        from reterm_jax.cli import UserError
+        raise UserError(f"no checkpoint in {self.directory} can be restored (steps {steps}; step {steps[0]}: "
+                        f"{failed[0][1]}). If the config changed since they were written, use a new --workdir; "
+                        f"if the files are damaged, delete {self.directory} to start afresh")
+
+    def _set_aside(self, step: int, reason: str) -> None:
+        if jax.process_index() == 0:
+            aside = f"{self.directory}.unreadable"
+            os.makedirs(aside, exist_ok=True)
+            dest = os.path.join(aside, f"{step}-{time.strftime('%Y%m%d-%H%M%S')}")
+            shutil.move(os.path.join(self.directory, str(step)), dest)
+            with open(os.path.join(dest, "WHY.txt"), "w") as fh:
+                fh.write(reason + "\n")
+            logging.warning("moved the unreadable checkpoint step %d to %s", step, dest)
+        if jax.process_count() > 1:
+            multihost_utils.sync_global_devices(f"set aside checkpoint {step}")
+        self.manager.reload()
+
     def wait(self) -> None:
         self.manager.wait_until_finished()
 
     def close(self) -> None:
         self.manager.wait_until_finished()
         self.manager.close()
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    return f"{type(error).__name__}: {text[:300]}"
 
 
 def _from_every_process(obj) -> list:

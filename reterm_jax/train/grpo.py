@@ -32,6 +32,7 @@ import numpy as np
 from absl import logging
 from flax import nnx
 
+from reterm_jax.cli import UserError
 from reterm_jax.data import load_tokenizer, special_ids
 from reterm_jax.data.tokenizer import resolve_tokenizer
 from reterm_jax.parallel.mesh import make_mesh
@@ -41,7 +42,7 @@ from reterm_jax.rl.sampler import Sampler
 from reterm_jax.rl.sampling import SamplingParams
 from reterm_jax.rl.stream import GroupStream, StreamConfig
 from reterm_jax.rl.workers import RolloutWorkers
-from reterm_jax.train.checkpointing import Checkpointer
+from reterm_jax.train.checkpointing import Checkpointer, check_checkpoint_fields
 from reterm_jax.train.grpo_step import check_sampling, make_grpo_step, put_batch
 from reterm_jax.train.step import row_sharding
 from reterm_jax.train.metrics import MetricsLogger
@@ -63,41 +64,61 @@ SECTIONS = ("model", "init", "env", "rollout", "bank", "stream", "loss", "optim"
 def check_sections(config) -> None:
     missing = [k for k in SECTIONS if k not in config]
     if missing:
-        raise ValueError(f"config.mode='grpo' but the config has no {missing} section(s): use configs/grpo.py")
+        raise UserError(f"config.mode='grpo' but the config has no {missing} section(s): use configs/grpo.py")
 
 
-def check_config(config, n_data_parallel: int) -> None:
-    """User errors in the config, reported before anything expensive happens."""
+def check_config(config, n_data_parallel: int | None = None) -> None:
+    """User errors in the config, each a one-line UserError naming the field, raised before anything
+    expensive happens. Without n_data_parallel only the fields are checked, with no JAX call (the
+    command line runs this before JAX starts); with it, also how the rows split over the mesh."""
+    check_sections(config)
     t, r, s = config.train, config.rollout, config.stream
     if config.env.kind not in ("docker", "synthetic"):
-        raise ValueError(f"env.kind={config.env.kind!r}: use 'docker' (Harbor tasks) or 'synthetic'")
-    if t.steps < 1:
-        raise ValueError(f"train.steps={t.steps} must be >= 1")
-    check_sampling(r.temperature, r.top_k, r.top_p)
+        raise UserError(f"--config.env.kind={config.env.kind!r}: use 'docker' (Harbor tasks) or 'synthetic'")
+    for name, value, low in (("train.steps", t.steps, 1), ("train.micro_batches", t.micro_batches, 1),
+                             ("train.seq_len", t.seq_len, 2), ("train.log_every", t.log_every, 1),
+                             ("rollout.group_size", r.group_size, 2), ("rollout.max_turns", r.max_turns, 1),
+                             ("rollout.max_tokens", r.max_tokens, 1), ("rollout.workers", r.workers, 0),
+                             ("rollout.max_new_tokens_per_turn", r.max_new_tokens_per_turn, 1),
+                             ("rollout.cache_length", r.cache_length, 2), ("rollout.collect_batch", r.collect_batch, 1),
+                             ("stream.groups_per_step", s.groups_per_step, 1), ("stream.queue_size", s.queue_size, 1),
+                             ("stream.max_staleness", s.max_staleness, 0), ("stream.min_valid", s.min_valid, 1),
+                             ("stream.max_pulls_per_step", s.max_pulls_per_step, 0)):
+        if value < low:
+            raise UserError(f"--config.{name}={value}: must be >= {low}")
+    try:
+        check_sampling(r.temperature, r.top_k, r.top_p)
+    except ValueError as e:
+        raise UserError(str(e)) from None
     rows = s.groups_per_step * r.group_size
-    if t.micro_batches < 1 or rows % t.micro_batches:
-        raise ValueError(f"stream.groups_per_step x rollout.group_size = {rows} rows must be a multiple of "
-                         f"train.micro_batches={t.micro_batches}")
-    if (rows // t.micro_batches) % n_data_parallel:
-        raise ValueError(f"each micro-batch ({rows // t.micro_batches} rows) must split evenly over the "
-                         f"{n_data_parallel} data-parallel devices; change stream.groups_per_step, "
-                         "rollout.group_size, train.micro_batches or the mesh")
-    if s.groups_per_step % jax.process_count():
-        raise ValueError(f"stream.groups_per_step={s.groups_per_step} must be a multiple of the "
-                         f"{jax.process_count()} processes: each process samples groups_per_step / "
-                         f"{jax.process_count()} groups per step with its own rollout workers")
+    if rows % t.micro_batches:
+        raise UserError(f"stream.groups_per_step x rollout.group_size = {rows} rows must be a multiple of "
+                        f"--config.train.micro_batches={t.micro_batches}")
     if config.env.kind == "docker":
         if not config.env.tasks:
-            raise ValueError("env.tasks is empty: pass --config.env.tasks='DIR/*' (Harbor task dirs)")
+            raise UserError("--config.env.tasks is empty: pass --config.env.tasks='DIR/*' (Harbor task dirs)")
+        if not glob.glob(config.env.tasks):
+            raise UserError(f"--config.env.tasks={config.env.tasks}: matches no task directory")
         if r.max_tokens > t.seq_len:
-            raise ValueError(f"rollout.max_tokens={r.max_tokens} > train.seq_len={t.seq_len}: a trajectory "
-                             "(failed attempt + recovery) must fit one training row")
+            raise UserError(f"--config.rollout.max_tokens={r.max_tokens} > train.seq_len={t.seq_len}: a "
+                            "trajectory (failed attempt + recovery) must fit one training row")
     else:
         n = len(config.env.synthetic_prompt) + len(config.env.synthetic_target)
         if n > t.seq_len:
-            raise ValueError(f"synthetic prompt + target = {n} tokens > train.seq_len={t.seq_len}")
+            raise UserError(f"synthetic prompt + target = {n} tokens > --config.train.seq_len={t.seq_len}")
     if config.loss.kl_coef < 0:
-        raise ValueError(f"loss.kl_coef={config.loss.kl_coef} must be >= 0")
+        raise UserError(f"--config.loss.kl_coef={config.loss.kl_coef}: must be >= 0")
+    check_checkpoint_fields(config)
+    if n_data_parallel is None:
+        return
+    if (rows // t.micro_batches) % n_data_parallel:
+        raise UserError(f"each micro-batch ({rows // t.micro_batches} rows) must split evenly over the "
+                        f"{n_data_parallel} data-parallel devices; change stream.groups_per_step, "
+                        "rollout.group_size, train.micro_batches or the mesh")
+    if s.groups_per_step % jax.process_count():
+        raise UserError(f"--config.stream.groups_per_step={s.groups_per_step} must be a multiple of the "
+                        f"{jax.process_count()} processes: each process samples groups_per_step / "
+                        f"{jax.process_count()} groups per step with its own rollout workers")
 
 
 def check_rows_per_process(mesh, rows: int) -> None:
@@ -136,7 +157,8 @@ def bank_directory(workdir: str) -> str:
 # stream stats combined across processes: counts (and throughput) are summed, maxima maxed, the
 # rest (means, rates, the batch counter) averaged with one weight per process
 _SUMMED = ("groups_seen", "groups_used", "groups_filtered", "groups_too_few_valid", "groups_stale", "groups_padded",
-           "members_invalid", "members_overlong", "sandbox_errors", "trajectories", "rollout_groups_per_s",
+           "members_invalid", "members_overlong", "sandbox_errors", "verifier_failures", "trajectories",
+           "rollout_groups_per_s",
            "worker_errors")
 _MAXED = ("staleness_max",)
 
@@ -321,11 +343,10 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
     shardings = train_state_shardings(tx, abs_params, param_shardings, mesh)
     ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=config.checkpoint.keep,
                         save_every=config.checkpoint.every, async_save=config.checkpoint.async_save)
-    start = ckpt.latest_step()
+    found = ckpt.restore_latest(abstract_train_state(abs_params, tx, shardings), with_extra=True)
     resumed, warm = None, None
-    if start is not None:
-        state, stream_state, extra = ckpt.restore(start, abstract_train_state(abs_params, tx, shardings),
-                                                  with_extra=True)
+    if found is not None:
+        start, (state, stream_state, extra) = found
         # extra["bank"]: this process's failure-bank cursor (per process in a multi-process job)
         resumed = {"step": start, "policy_version": extra.get("policy_version", start), "bank": extra.get("bank"),
                    "stream": stream_state}

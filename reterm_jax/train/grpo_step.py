@@ -125,21 +125,31 @@ def make_grpo_step(graphdef, tx: optax.GradientTransformation, schedule: optax.S
 
     compiled: dict = {}
 
+    def jitted(ndims: tuple):
+        if ndims not in compiled:
+            b_sh = {k: row_sharding(mesh, n) for k, n in zip(BATCH_KEYS, ndims)}
+            if use_ref:
+                compiled[ndims] = jax.jit(step, in_shardings=(shardings, b_sh, shardings.params),
+                                          out_shardings=(shardings, replicated(mesh)), donate_argnums=(0,))
+            else:  # no reference forward at all
+                compiled[ndims] = jax.jit(lambda s, b: step(s, b, None), in_shardings=(shardings, b_sh),
+                                          out_shardings=(shardings, replicated(mesh)), donate_argnums=(0,))
+        return compiled[ndims]
+
     def run(state: TrainState, batch: dict, ref_params=None):
         if use_ref and ref_params is None:
             raise ValueError(f"loss.kl_coef={loss_cfg.kl_coef} > 0 needs the frozen reference params")
-        key = tuple(batch[k].ndim for k in BATCH_KEYS)
-        if key not in compiled:
-            b_sh = {k: row_sharding(mesh, batch[k].ndim) for k in BATCH_KEYS}
-            if use_ref:
-                compiled[key] = jax.jit(step, in_shardings=(shardings, b_sh, shardings.params),
-                                        out_shardings=(shardings, replicated(mesh)), donate_argnums=(0,))
-            else:  # no reference forward at all
-                compiled[key] = jax.jit(lambda s, b: step(s, b, None), in_shardings=(shardings, b_sh),
-                                        out_shardings=(shardings, replicated(mesh)), donate_argnums=(0,))
         batch = {k: batch[k] for k in BATCH_KEYS}
-        return compiled[key](state, batch, ref_params) if use_ref else compiled[key](state, batch)
+        fn = jitted(tuple(batch[k].ndim for k in BATCH_KEYS))
+        return fn(state, batch, ref_params) if use_ref else fn(state, batch)
 
+    def lower(state, batch: dict, ref_params=None):
+        """jax's Lowered for these (abstract) arguments: AOT compile without running (reterm_jax.plan)."""
+        batch = {k: batch[k] for k in BATCH_KEYS}
+        fn = jitted(tuple(batch[k].ndim for k in BATCH_KEYS))
+        return fn.lower(state, batch, ref_params) if use_ref else fn.lower(state, batch)
+
+    run.lower = lower
     return run
 
 
