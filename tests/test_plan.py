@@ -97,3 +97,33 @@ def test_estimate_agrees_with_xla_memory_analysis():
     total = got["argument_size_in_bytes"] + got["output_size_in_bytes"] - got["alias_size_in_bytes"] \
         + got["temp_size_in_bytes"]
     assert 0.5 < total / est["train_total"] < 2.0, (total, est)
+
+
+def test_grpo_configs_are_planned_with_their_own_rows():
+    """A GRPO config: groups_per_step x group_size rows of train.seq_len, the published policy
+    copy, the reference only when kl_coef > 0, and the samplers' (replicated) caches."""
+    import grpo as grpo_config
+    from reterm_jax.plan import grpo_rollout_rows, train_view
+    c = grpo_config.get_config("qwen3_5_9b")
+    view = apply_preset(train_view(c), "fsdp_tp", 8)
+    assert view.train.batch_size == c.stream.groups_per_step * c.rollout.group_size == 128
+    assert view.data.seq_len == c.train.seq_len
+    rows = grpo_rollout_rows(view)
+    assert rows == c.rollout.workers * max(c.rollout.group_size, c.rollout.collect_batch)
+    est = estimate(view, 8, rollout_batch=rows, rollout_len=c.rollout.cache_length)
+    assert est["policy_copy"] == est["params"] and est["reference"] == 0
+    assert est["rollout_cache"] == rollout_cache_bytes(plan_model_config(c.model), rows, c.rollout.cache_length, 2, 1)
+    assert est["grpo_total"] == pytest.approx(est["train_total"] + est["params"] + est["rollout_cache"])
+    with view.unlocked():
+        view.loss.kl_coef = 0.1
+    assert estimate(view, 8, rollout_batch=rows, rollout_len=c.rollout.cache_length)["reference"] == est["params"]
+
+
+def test_cli_plans_a_grpo_config_and_says_what_to_change():
+    out = subprocess.run(
+        [sys.executable, "-m", "reterm_jax.plan", "--config=configs/grpo.py:qwen3_5_9b", "--devices=8",
+         "--preset=fsdp_tp"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert out.returncode == 0, out.stderr[-2000:]
+    for word in ("GRPO total", "policy copy", "rollout caches", "32 rows x 262144 tokens", "does not fit:"):
+        assert word in out.stdout, out.stdout

@@ -1,0 +1,79 @@
+"""The command lines' front door (reterm_jax/cli.py): a user's mistake is one line on stderr naming
+what they typed, exit code 2, before JAX starts; --help exits 0 and names the --config overrides."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from reterm_jax.cli import describe_flag_error
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, JAX_PLATFORMS="cpu"))
+
+
+@pytest.mark.parametrize("args, expected", [
+    (("reterm_jax.train", "--config=configs/sft.py", "--config.nonexistent.key=1"),
+     "error: --config.nonexistent.key=1: the config has no field 'nonexistent'"),
+    (("reterm_jax.train", "--config=configs/sft.py", "--config.trian.steps=3"),
+     'Did you mean "train" instead of "trian"'),
+    (("reterm_jax.train", "--config=configs/sft.py", "--config.train.steps=abc"),
+     "error: --config.train.steps=abc: invalid literal"),
+    (("reterm_jax.train", "--config=configs/sft.py:bogus"), "error: --config=configs/sft.py:bogus: unknown preset"),
+    (("reterm_jax.train", "--config=configs/nothere.py"), "error: --config=configs/nothere.py: no such config file"),
+    (("reterm_jax.train", "--config=configs/sft.py", "--config.train.steps=-3"),
+     "error: --config.train.steps=-3: must be >= 1"),
+    (("reterm_jax.train", "--config=configs/sft.py", "--config.data.path=/nonexistent"),
+     "error: --config.data.path=/nonexistent: no such file or directory"),
+    (("reterm_jax.train", "--config=configs/grpo.py", "--config.rollout.group_size=1"),
+     "error: --config.rollout.group_size=1: must be >= 2"),
+    (("reterm_jax.evaluate", "--tasks=tasks", "--config.protocol.k=0"), "error: --config.protocol.k=0: must be >= 1"),
+    (("reterm_jax.evaluate", "--tasks=tasks", "--config.policy=model", "--config.model.hf_path=/nonexistent"),
+     "error: --config.model.hf_path=/nonexistent: no such directory"),
+    (("reterm_jax.evaluate", "--tasks=tasks", "--config.jobs=0"), "error: --config.jobs=0: must be >= 1"),
+    (("reterm_jax.plan", "--config=configs/sft.py", "--preset=bogus"), "error: --preset=bogus: choose one of"),
+    (("reterm_jax.data", "--data=reterm_jax/assets/demo/reterm_demo.jsonl", "--seq_len=0"),
+     "error: --seq_len=0: must be >= 2"),
+])
+def test_a_user_error_is_one_line_and_exit_code_2(args, expected):
+    proc = run(*args)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("module", ["reterm_jax.train", "reterm_jax.evaluate", "reterm_jax.plan", "reterm_jax.convert",
+                                    "reterm_jax.data"])
+def test_help_exits_0(module):
+    proc = run(module, "--help")
+    assert proc.returncode == 0 and "flags" in proc.stdout, proc.stderr[-2000:]
+    if module in ("reterm_jax.train", "reterm_jax.evaluate", "reterm_jax.plan"):
+        assert "--config.<section>.<field>=value" in proc.stdout
+
+
+def test_convert_refuses_a_non_empty_out_without_overwrite(tmp_path):
+    out = tmp_path / "hf"
+    out.mkdir()
+    (out / "model-00001-of-00002.safetensors").write_text("stale")
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    proc = run("reterm_jax.convert", "--to=hf", f"--checkpoint={ckpt}", f"--out={out}")
+    assert proc.returncode == 2 and "is not empty; choose an empty directory or pass --overwrite" in proc.stderr
+    assert (out / "model-00001-of-00002.safetensors").read_text() == "stale"
+
+
+def test_describe_flag_error_names_the_argument():
+    try:
+        raise KeyError("'mdoel'. Did you mean \"model\" instead of \"mdoel\"?")
+    except KeyError as inner:
+        try:
+            raise ValueError("wrapped") from inner
+        except ValueError as outer:
+            text = describe_flag_error(outer, ["--config=configs/sft.py", "--config.mdoel.dtype=bf16"])
+    assert text.startswith("--config.mdoel.dtype=bf16: the config has no field 'mdoel'")
+    assert 'Did you mean "model"' in text
