@@ -33,6 +33,7 @@ from reterm_jax.rl.sampler import Sampler
 from reterm_jax.rl.sampling import SamplingParams
 from reterm_jax.rl.trajectory import Trajectory
 from reterm_jax.rl.workers import _new_id, sampler_with
+from reterm_jax.sandbox.client import engine_answers, is_engine_down, wait_for_engine
 
 log = logging.getLogger(__name__)
 SEEDS = ("policy", "fault_commands")
@@ -68,6 +69,7 @@ class ProducerStats:
     sandbox_errors: int = 0
     verify_errors: int = 0
     verifier_failures: int = 0   # verifier errors the agent caused (reward 0, kept in the group)
+    engine_outages: int = 0      # groups not produced because the Docker engine stopped answering
     skipped_too_long: int = 0
 
 
@@ -117,6 +119,7 @@ class RecoveryProducer:
         self.stats = ProducerStats()
         self._task_cursor = 0
         self._pending_errors = 0  # sandbox errors of collection rounds, reported on the next group
+        self.stop_event = None    # set by RolloutWorkers: ends a wait for the engine when they stop
         self._by_dir = {str(Path(t.path).resolve()): t for t in self.tasks}
         self.current_sandboxes: list = []  # the branches of the group in flight (monitoring, tests)
 
@@ -249,6 +252,10 @@ class RecoveryProducer:
 
     # ---- one group ------------------------------------------------------------------------------
     def produce(self, version: int, params: Any, key: jax.Array) -> Group | None:
+        # While the engine is down nothing is sampled: wait (with back-off, logged) instead of
+        # producing groups of lost members. None when stopped while waiting.
+        if not wait_for_engine(self.stop_event, what="rollout worker"):
+            return None
         start = time.monotonic()
         sampler = sampler_with(self.sampler, params)
         collect_key, explore_key, run_key = jax.random.split(key, 3)
@@ -271,6 +278,12 @@ class RecoveryProducer:
         try:
             sandboxes = self.bank.branch(entry, g)
         except Exception as e:  # noqa: BLE001 - all or nothing: a group of masked members
+            if is_engine_down(e) or not engine_answers():
+                # the engine went away: no group at all (the next produce waits for it)
+                log.warning("could not branch failure %s: the Docker engine does not answer (%s); no group",
+                            entry.entry_id, e)
+                self.stats.engine_outages += 1
+                return None
             log.warning("could not branch failure %s into %d sandboxes: %s", entry.entry_id, g, e)
             trajs = [Trajectory(task_id=task.name, episode_id=_new_id(task.name), messages=list(entry.messages),
                                 end_reason=harness.SANDBOX_ERROR, error=f"branch failed: {e}") for _ in range(g)]
@@ -289,6 +302,12 @@ class RecoveryProducer:
             self.current_sandboxes = []
             for sb in sandboxes:
                 sb.close()
+        if any(t.end_reason == harness.SANDBOX_ERROR or t.verify_infra for t in trajs) and not engine_answers():
+            # members lost because the engine went down mid-group: the rest were cut short too
+            log.warning("the Docker engine stopped answering during a group of failure %s (task %s); the group "
+                        "is dropped", entry.entry_id, task.name)
+            self.stats.engine_outages += 1
+            return None
         valid, rewards, resolved = [], [], []
         lost = verifier_failures = 0
         for i, traj in enumerate(trajs):

@@ -44,6 +44,7 @@ from reterm_jax.rl.grpo_loss import ADVANTAGE_MODES, group_advantages, group_has
 
 log = logging.getLogger(__name__)
 
+WAIT_NOTE_S = 120.0  # the trainer logs a line every this many seconds it waits for a group
 STALENESS_MODES = ("drop", "weight")
 OVERLONG_MODES = ("none", "mask", "penalty")
 SIGNALS = ("resolved", "reward")
@@ -217,10 +218,17 @@ class GroupStreamIterator(grain.DatasetIterator):
         """The next group; raises StopIteration when the workers have stopped."""
         ds = self._ds
         if ds.workers is not None:
+            waiting_since = next_note = time.monotonic()
+            next_note += WAIT_NOTE_S
             while True:
                 group = ds.workers.get(timeout=ds.cfg.poll_s)
                 if group is not None:
                     return group
+                if time.monotonic() >= next_note:  # say why the trainer is idle (engine down, slow rollouts)
+                    log.warning("the trainer has waited %.0f s for a rollout group (%d worker(s) running; %s)",
+                                time.monotonic() - waiting_since, sum(t.is_alive() for t in ds.workers._threads),
+                                ds.workers.snapshot_counters())
+                    next_note += WAIT_NOTE_S
                 if not ds.workers.running:
                     if ds.workers.gave_up and ds.workers.gave_up == len(ds.workers.producers):
                         raise RuntimeError(f"every rollout worker gave up after repeated failures; last error: "

@@ -165,6 +165,8 @@ class RolloutWorkers:
         self._started = True
         self._stop.clear()
         for i, producer in enumerate(self.producers):
+            if hasattr(producer, "stop_event"):  # a producer that waits (e.g. for the engine) stops with us
+                producer.stop_event = self._stop
             t = threading.Thread(target=self._run, args=(i, producer), name=f"{self.name}-{i}", daemon=True)
             t.start()
             self._threads.append(t)

@@ -114,6 +114,57 @@ def get_client(endpoint: str | None | object = _CURRENT) -> docker.DockerClient:
     return client
 
 
+def engine_answers(endpoint: str | None | object = _CURRENT) -> bool:
+    """Whether the engine answers a ping now (this thread's client; a new one if there is none)."""
+    try:
+        get_client(endpoint).ping()
+        return True
+    except (DockerUnavailable, docker.errors.DockerException, requests.RequestException):
+        return False
+
+
+def is_engine_down(err: BaseException) -> bool:
+    """Whether `err` (or what caused it) says the engine is unreachable, not that one call failed."""
+    seen = 0
+    while err is not None and seen < 8:
+        if isinstance(err, (DockerUnavailable, requests.ConnectionError)):
+            return True
+        if "No Docker engine answers" in str(err) or "Connection refused" in str(err):
+            return True
+        err, seen = err.__cause__ or err.__context__, seen + 1
+    return False
+
+
+def wait_for_engine(stop: threading.Event | None = None, *, endpoint: str | None | object = _CURRENT,
+                    what: str = "", first_delay_s: float = 1.0, max_delay_s: float = 30.0,
+                    timeout_s: float | None = None) -> bool:
+    """Block until the engine answers (True), `stop` is set or `timeout_s` passed (False). While it
+    does not answer: one warning when the wait starts, retries with exponential back-off (up to
+    max_delay_s), one line when it answers again."""
+    import logging
+    log = logging.getLogger(__name__)
+    if engine_answers(endpoint):
+        return True
+    start, delay = time.monotonic(), first_delay_s
+    where = "" if endpoint in (None, _CURRENT) and current_endpoint() is None else \
+        f" at {current_endpoint() if endpoint is _CURRENT else endpoint}"
+    log.warning("%sthe Docker engine%s does not answer; waiting for it (retrying every %.0f-%.0f s)",
+                f"{what}: " if what else "", where, first_delay_s, max_delay_s)
+    while True:
+        if stop is not None:
+            if stop.wait(delay):
+                return False
+        else:
+            time.sleep(delay)
+        if engine_answers(endpoint):
+            log.warning("%sthe Docker engine%s answers again after %.0f s", f"{what}: " if what else "", where,
+                        time.monotonic() - start)
+            return True
+        if timeout_s is not None and time.monotonic() - start >= timeout_s:
+            return False
+        delay = min(max_delay_s, delay * 2)
+
+
 def is_transient(err: BaseException) -> bool:
     """Engine hiccups worth retrying: connection drops, timeouts, 5xx that are not
     'no such object' / 'conflict' answers in disguise."""

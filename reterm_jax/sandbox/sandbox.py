@@ -63,6 +63,7 @@ class Limits:
 
 _engine_cpus: dict[str | None, int] = {}  # per engine endpoint
 _live: set["DockerSandbox"] = set()
+_unremoved: dict[str, str | None] = {}  # closed sandboxes whose container could not be removed (engine down)
 _live_lock = threading.Lock()
 
 
@@ -272,8 +273,9 @@ class DockerSandbox:
             retry(lambda: get_client(self.endpoint).api.remove_container(self.name, force=True), what="remove")
         except docker.errors.NotFound:
             pass
-        except Exception:  # noqa: BLE001 - labelled; the reaper removes it later
-            pass
+        except Exception:  # noqa: BLE001 - e.g. the engine is down: removed later by remove_leftovers()
+            with _live_lock:
+                _unremoved[self.name] = self.endpoint
 
     def __enter__(self) -> "DockerSandbox":
         return self
@@ -285,9 +287,29 @@ class DockerSandbox:
         return f"DockerSandbox({self.name}, image={self.image[:24]})"
 
 
+def remove_leftovers() -> int:
+    """Remove the containers of closed sandboxes whose removal failed (the engine was down or
+    restarting then), whatever state the engine left them in. Returns how many are still left
+    (their engine still does not answer; the reaper removes them at the next start)."""
+    with _live_lock:
+        pending = dict(_unremoved)
+    for name, endpoint in pending.items():
+        try:
+            retry(lambda: get_client(endpoint).api.remove_container(name, force=True), what="remove")
+        except docker.errors.NotFound:
+            pass
+        except Exception:  # noqa: BLE001 - still unreachable
+            continue
+        with _live_lock:
+            _unremoved.pop(name, None)
+    with _live_lock:
+        return len(_unremoved)
+
+
 @atexit.register
 def _close_live_sandboxes() -> None:
     with _live_lock:
         live = list(_live)
     for sb in live:
         sb.close()
+    remove_leftovers()

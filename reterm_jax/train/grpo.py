@@ -438,6 +438,12 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
         stream.stop()
         if bank is not None:
             bank.close()
+        if config.env.kind == "docker":
+            from reterm_jax.sandbox.sandbox import remove_leftovers
+            left = remove_leftovers()  # containers the engine kept through an outage
+            if left:
+                logging.warning("%d sandbox container(s) could not be removed (the engine does not answer); "
+                                "`python -m reterm_jax.sandbox reap` removes them later", left)
         logger.close()
         ckpt.close()
 
