@@ -88,3 +88,31 @@ def test_scripted_oracle_recovers_through_the_token_path(failed_state, tok, samp
     assert traj.end_reason == harness.COMPLETED and len(traj.turns) == 3
     assert traj.turns[0].exit_codes == [0] and traj.turns[1].exit_codes == [0]
     assert traj.reward == 1.0 and traj.resolved and traj.verify_error is None
+
+
+def test_an_attempt_that_outgrows_storage_mb_ends_as_disk_limit_with_reward_0(failed_state, tok, sampler):
+    """storage_mb is enforced: a command that writes past it is stopped by the watchdog, the
+    attempt ends as disk_limit (the agent's doing: reward 0, not a masked sandbox error) and the
+    container is stopped; an attempt that stays under it is untouched."""
+    import dataclasses
+
+    from reterm_jax.sandbox.sandbox import Limits as SandboxLimits
+    task, snap, history = failed_state
+    turns = ["Make room.\n</think>\n\n" + xml_call("head -c 80000000 /dev/zero > /app/fill; echo written")
+             + "<|im_end|>",
+             "Done.\n</think>\n\nThe task is complete.<|im_end|>"]
+    small = dataclasses.replace(SandboxLimits.from_task(task), storage_mb=32)
+    roomy = dataclasses.replace(small, storage_mb=512)
+    sandboxes = [DockerSandbox(snap.image_id, limits=lim, task=task) for lim in (small, roomy)]
+    try:
+        trajs = run_episodes(sampler, tok, sandboxes, [initial_messages(task.instruction, history=history)] * 2,
+                             task_ids=[task.name] * 2, limits=Limits.tiny(max_new_tokens_per_turn=512),
+                             script=lambda r, t: turns[len(t.turns)], verify_fn=verify)
+        assert not sandboxes[0].alive() and sandboxes[1].alive()
+    finally:
+        for sb in sandboxes:
+            sb.close()
+    over, under = trajs
+    assert over.end_reason == harness.DISK_LIMIT and over.reward == 0.0 and not over.resolved
+    assert "storage_mb=32" in over.error and over.verify_error is None
+    assert under.end_reason == harness.COMPLETED and under.turns[0].outputs == ["written\n"]

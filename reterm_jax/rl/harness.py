@@ -50,7 +50,8 @@ TURN_TOO_LONG = "turn_token_limit"  # one turn reached max_new_tokens without en
 END_OF_TEXT = "end_of_text"        # the model emitted <|endoftext|> instead of ending its turn
 WALL_CLOCK = "wall_clock"
 SANDBOX_ERROR = "sandbox_error"    # the environment failed (not the command): a masked sample
-END_REASONS = (COMPLETED, MAX_TURNS, TOKEN_BUDGET, TURN_TOO_LONG, END_OF_TEXT, WALL_CLOCK, SANDBOX_ERROR)
+DISK_LIMIT = "disk_limit"          # the agent's commands outgrew the task's storage_mb: reward 0, not masked
+END_REASONS = (COMPLETED, MAX_TURNS, TOKEN_BUDGET, TURN_TOO_LONG, END_OF_TEXT, WALL_CLOCK, SANDBOX_ERROR, DISK_LIMIT)
 
 
 @dataclasses.dataclass(frozen=True)

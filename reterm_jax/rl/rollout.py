@@ -76,6 +76,7 @@ def _run_calls(env, parsed: ParsedTurn, timeout: float) -> list[dict]:
         r = env.exec(call.command, timeout=timeout)
         results.append({"command": call.command, "output": r.output, "exit_code": r.exit_code,
                         "timed_out": r.timed_out, "exec_s": r.duration_s, "error": r.error,
+                        "disk_limit": bool(getattr(r, "disk_limit", False)),
                         "observation": harness.format_observation(r.output, r.exit_code, r.timed_out)})
         if r.error:
             break
@@ -231,7 +232,12 @@ def run_episodes(sampler: Sampler, tokenizer, envs: Sequence, messages: Sequence
         pieces: list[list[int] | None] = [None] * batch
         for r, outcome in zip(rows, outcomes):
             traj, turn = trajs[r], trajs[r].turns[-1]
-            failure = _record_results(turn, outcome.value if outcome.ok else [{"error": outcome.error}])
+            results = outcome.value if outcome.ok else [{"error": outcome.error}]
+            failure = _record_results(turn, results)
+            if failure and any(x.get("disk_limit") for x in results):
+                traj.error = failure  # the agent's doing: scored 0 below, not masked
+                end(r, harness.DISK_LIMIT)
+                continue
             if failure:
                 traj.error = f"sandbox failed during the episode: {failure}"
                 end(r, harness.SANDBOX_ERROR)
@@ -250,7 +256,10 @@ def run_episodes(sampler: Sampler, tokenizer, envs: Sequence, messages: Sequence
         check_prefix(r, seen[r], trajs[r].tokens, None)
     if verify_fn is not None:
         # A sandbox that failed mid-episode gives a masked sample (end_reason says so), not a reward.
-        rows = [r for r in range(batch) if trajs[r].end_reason != harness.SANDBOX_ERROR]
+        rows = [r for r in range(batch) if trajs[r].end_reason not in (harness.SANDBOX_ERROR, harness.DISK_LIMIT)]
+        for r in range(batch):
+            if trajs[r].end_reason == harness.DISK_LIMIT:  # stopped for filling its disk: nothing to verify
+                trajs[r].reward, trajs[r].resolved = 0.0, False
         verified = pmap(verify_fn, [envs[r] for r in rows])
         for traj, outcome in zip([trajs[r] for r in rows], verified):
             if outcome.ok:

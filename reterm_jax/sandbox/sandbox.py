@@ -54,13 +54,15 @@ class Limits:
     memory_mb: int = 2048
     pids: int = 1024
     allow_internet: bool = False
+    storage_mb: int = 0  # writable-layer limit, enforced by a watchdog (0: none); see DockerSandbox.exec
 
     @classmethod
     def from_task(cls, task: Task, pids: int = 1024) -> "Limits":
         return cls(cpus=task.cpus, memory_mb=task.memory_mb, pids=pids,
-                   allow_internet=task.allow_internet)
+                   allow_internet=task.allow_internet, storage_mb=task.storage_mb)
 
 
+DISK_POLL_S = 1.0  # how often a running command's writable layer is measured (storage_mb)
 _engine_cpus: dict[str | None, int] = {}  # per engine endpoint
 _live: set["DockerSandbox"] = set()
 _unremoved: dict[str, str | None] = {}  # closed sandboxes whose container could not be removed (engine down)
@@ -159,6 +161,18 @@ class DockerSandbox:
                               "limit is 120000 (write large files in several commands)")
         timeout_s = max(1, math.ceil(timeout))
         start = time.monotonic()
+        # storage_mb: the agent's commands (persist=True) run under the disk watchdog
+        watchdog = _DiskWatchdog(self) if self.limits.storage_mb and persist and not self._closed else None
+        try:
+            res = self._exec(command, timeout_s, persist, start)
+        finally:
+            if watchdog is not None:
+                watchdog.finish()
+        if watchdog is not None and watchdog.exceeded is not None:
+            return self._disk_limit_result(watchdog.exceeded, time.monotonic() - start)
+        return res
+
+    def _exec(self, command: str, timeout_s: int, persist: bool, start: float) -> ExecResult:
         with self._lock:
             if self._closed:
                 return ExecResult("", -1, error="sandbox is closed")
@@ -197,6 +211,20 @@ class DockerSandbox:
             return ExecResult(reply.decode(errors="replace")[-2000:], -1, duration_s=duration,
                               error=f"sandbox {self.name}: malformed command reply")
         return res
+
+    def writable_bytes(self) -> int | None:
+        """The container's writable-layer size (the engine's SizeRw), None when it cannot be read."""
+        try:
+            api = get_client(self.endpoint).api  # docker-py's inspect_container has no size argument
+            info = api._result(api._get(api._url("/containers/{0}/json", self.name), params={"size": 1}), True)
+            return int(info.get("SizeRw") or 0)
+        except Exception:  # noqa: BLE001 - the engine or the container is gone
+            return None
+
+    def _disk_limit_result(self, size: int, duration: float) -> ExecResult:
+        return ExecResult("", -1, duration_s=duration, disk_limit=True,
+                          error=f"disk_limit: sandbox {self.name} wrote {size / 2**20:.0f} MiB to its writable "
+                                f"layer, over the task's storage_mb={self.limits.storage_mb}; it was stopped")
 
     def _container_state(self, wait_s: float = 0.0) -> dict | None:
         """The container's State; waits up to wait_s for a dying one to stop (a killed
@@ -285,6 +313,42 @@ class DockerSandbox:
 
     def __repr__(self) -> str:
         return f"DockerSandbox({self.name}, image={self.image[:24]})"
+
+
+class _DiskWatchdog:
+    """While one command runs: polls the sandbox's writable-layer size every DISK_POLL_S and, past
+    limits.storage_mb, kills the container (the command's exec then ends) and records the size. A
+    last check runs when the command returns, so a write between polls is caught too. The engine's
+    size walk costs a few ms for a small layer; it only runs while a command runs."""
+
+    def __init__(self, sandbox: "DockerSandbox"):
+        self.sandbox, self.exceeded = sandbox, None
+        self.limit = sandbox.limits.storage_mb * 2**20
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"disk-{sandbox.name}", daemon=True)
+        self._thread.start()
+
+    def _check(self) -> bool:
+        size = self.sandbox.writable_bytes()
+        if size is not None and size > self.limit and self.exceeded is None:
+            self.exceeded = size
+            try:
+                get_client(self.sandbox.endpoint).api.kill(self.sandbox.name)
+            except Exception:  # noqa: BLE001 - already dead: the result says disk_limit anyway
+                pass
+            return True
+        return False
+
+    def _run(self) -> None:
+        while not self._done.wait(DISK_POLL_S):
+            if self._check():
+                return
+
+    def finish(self) -> None:
+        self._done.set()
+        self._thread.join()
+        if self.exceeded is None:
+            self._check()
 
 
 def remove_leftovers() -> int:

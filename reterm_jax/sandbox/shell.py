@@ -103,6 +103,7 @@ class ExecResult:
     truncated: bool = False
     duration_s: float = 0.0
     error: str | None = None  # set when the sandbox or Docker failed (not the command)
+    disk_limit: bool = False  # the sandbox wrote more than its storage limit and was stopped (error says so)
 
     @property
     def ok(self) -> bool:

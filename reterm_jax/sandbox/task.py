@@ -33,7 +33,7 @@ class Task:
     docker_image: str | None = None  # prebuilt image; used instead of environment/Dockerfile
     cpus: float = 1.0
     memory_mb: int = 2048
-    storage_mb: int = 10240  # recorded, not enforced (needs xfs+pquota; see docs/sandbox.md)
+    storage_mb: int = 10240  # writable-layer limit: a watchdog stops the sandbox past it (disk_limit)
     allow_internet: bool = False
     fault_commands: tuple[str, ...] = ()
     metadata: dict = dataclasses.field(default_factory=dict)
