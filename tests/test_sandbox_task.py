@@ -111,3 +111,13 @@ def test_reward_parsing_and_reduction():
     assert "not hold a float" in parse_reward_files(f"== {d}/reward.txt\nyes\n")[1]
     assert "not valid JSON" in parse_reward_files(f"== {d}/reward.json\n{{\n")[1]
     assert "map names to numbers" in parse_reward_files(f"== {d}/reward.json\n[1]\n")[1]
+
+
+def test_a_misspelt_key_is_kept_and_warned_about_with_the_closest_known_one(greeting_copy, caplog):
+    toml = greeting_copy / "task.toml"
+    toml.write_text(toml.read_text().replace("memory_mb", "memroy_mb"))
+    with caplog.at_level("WARNING"):
+        t = load_task(greeting_copy)
+    assert t.memory_mb == 2048 and t.config["environment"]["memroy_mb"] == 512  # the default, and kept
+    (line,) = [r.getMessage() for r in caplog.records if "memroy_mb" in r.getMessage()]
+    assert "task 'greet'" in line and "[environment].memroy_mb" in line and "did you mean memory_mb?" in line

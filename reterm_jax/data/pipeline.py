@@ -37,6 +37,15 @@ class PipelineStats:
     real_tokens: int = 0
     slots: int = 0
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False, compare=False)
+    _seen: set = dataclasses.field(default_factory=set, repr=False, compare=False)
+
+    def first_time(self, row_id) -> bool:
+        """True the first time a row id is seen (so a row is reported once, not every epoch)."""
+        with self._lock:
+            if row_id in self._seen:
+                return False
+            self._seen.add(row_id)
+            return True
 
     def add(self, **counts: int) -> None:
         with self._lock:  # grain encodes on several threads
@@ -68,11 +77,21 @@ class _Encode:
             self.stats.add(skipped_rows=1)
             return None
         fitted = fit_length(ex.tokens, ex.loss_mask, self.seq_len, self.overlong)
+        first = self.stats.first_time(ex.id)  # every epoch re-encodes a row: report it once
         if fitted is None:
-            log.info("row %r: %d tokens > seq_len=%d, dropped (overlong=%r)", ex.id, len(ex), self.seq_len, self.overlong)
+            if first:
+                why = ("no target token is within the first seq_len tokens" if self.overlong == "truncate"
+                       else "overlong='drop'")
+                log.info("row %r: %d tokens > seq_len=%d, dropped (%s; %d target tokens lost)", ex.id, len(ex),
+                         self.seq_len, why, int(np.count_nonzero(ex.loss_mask)))
             self.stats.add(encoded=1, dropped_overlong=1)
             return None
-        self.stats.add(encoded=1, truncated=int(len(fitted[0]) < len(ex)))
+        cut = len(fitted[0]) < len(ex)
+        if cut and first:
+            lost = int(np.count_nonzero(ex.loss_mask)) - int(np.count_nonzero(fitted[1]))
+            log.info("row %r: %d tokens > seq_len=%d, truncated (%d of its target tokens lost)", ex.id, len(ex),
+                     self.seq_len, lost)
+        self.stats.add(encoded=1, truncated=int(cut))
         return {"tokens": fitted[0], "loss_mask": fitted[1].astype(np.int32)}
 
 

@@ -40,13 +40,18 @@ def check_task(task_dir: str) -> CheckRow:
     except (TaskError, SandboxError) as e:
         return CheckRow(task=Path(task_dir).name, seconds=time.monotonic() - start, problem=str(e))
     problems = []
-    if not oracle_run.ok or oracle_run.exit_code != 0:
+    if oracle_run.timed_out:
+        problems.append(f"solve.sh: agent timeout ({task.agent_timeout_s:g} s, [agent].timeout_sec); "
+                        f"its output's tail: {oracle_run.output[-300:]!r}")
+    elif not oracle_run.ok or oracle_run.exit_code != 0:
         problems.append(f"solve.sh exit {oracle_run.exit_code}"
                         f"{': ' + oracle_run.error if oracle_run.error else ''}; "
                         f"tail: {oracle_run.output[-300:]!r}")
     for label, v in (("oracle", oracle), ("untouched", empty)):
         if v.error:
-            problems.append(f"{label} verify: {v.error}")
+            # what test.sh printed says why it wrote no reward (a crash, a missing tool, a typo)
+            said = f"; test.sh said: {v.output[-300:]!r}" if v.output.strip() else "; test.sh printed nothing"
+            problems.append(f"{label} verify: {v.error}{said}")
     if oracle.reward != 1.0 and not oracle.error:
         problems.append(f"oracle reward {oracle.reward:g} != 1; tests said: {oracle.output[-300:]!r}")
     if empty.reward != 0.0 and not empty.error:

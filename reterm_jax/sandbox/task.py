@@ -12,6 +12,7 @@ checked. Every problem is a TaskError naming the task and what to fix.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import tomllib
 from pathlib import Path
@@ -57,6 +58,8 @@ class Task:
         return self.path / "solution"
 
 
+log = logging.getLogger(__name__)
+
 # (table, key) -> (Task field, accepted python types, validator description)
 _NUMBERS = (int, float)
 _FIELDS: dict[tuple[str, str], tuple[str, tuple[type, ...]]] = {
@@ -94,6 +97,35 @@ def _parse_toml(path: Path, name: str) -> dict[str, Any]:
         raise TaskError(f"task {name!r}: task.toml is not valid TOML: {e}") from e
 
 
+# Keys of the tables this loader reads; Harbor's own keys it accepts but does not use are listed too,
+# so that only a misspelling is warned about. [metadata] is free-form.
+_KNOWN_KEYS = {
+    "agent": {"timeout_sec"},
+    "verifier": {"timeout_sec", "env"},
+    "environment": {"build_timeout_sec", "docker_image", "cpus", "memory_mb", "storage_mb", "allow_internet", "gpus",
+                    "gpu_types", "memory", "storage", "env"},
+    "reterm": {"fault_commands"},
+}
+_KNOWN_TABLES = {"metadata", "version", "source", *_KNOWN_KEYS}
+
+
+def _warn_unknown_keys(cfg: dict[str, Any], name: str) -> None:
+    """A key this loader does not know is kept in Task.config but most likely misspelt (it would
+    silently fall back to the default): one warning each, with the closest known key."""
+    import difflib
+    for table in cfg:
+        if table not in _KNOWN_TABLES:
+            close = difflib.get_close_matches(table, sorted(_KNOWN_TABLES), n=1)
+            log.warning("task %r: task.toml has an unknown table [%s]%s; it is ignored", name, table,
+                        f" (did you mean [{close[0]}]?)" if close else "")
+    for table, known in _KNOWN_KEYS.items():
+        for key in cfg.get(table, {}) if isinstance(cfg.get(table), dict) else ():
+            if key not in known:
+                close = difflib.get_close_matches(key, sorted(known), n=1)
+                log.warning("task %r: task.toml has an unknown key [%s].%s%s; it is ignored", name, table, key,
+                            f" (did you mean {close[0]}?)" if close else "")
+
+
 def _known_fields(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for table in ("metadata", "agent", "verifier", "environment", "reterm"):
@@ -113,6 +145,7 @@ def _known_fields(cfg: dict[str, Any], name: str) -> dict[str, Any]:
                 raise TaskError(f"task {name!r}: [{table}].{key} must be > 0, got {value!r}")
             value = float(value) if types is _NUMBERS else value
         out[field] = value
+    _warn_unknown_keys(cfg, name)
     faults = cfg.get("reterm", {}).get("fault_commands", [])
     if not isinstance(faults, list) or not all(isinstance(c, str) and c.strip() for c in faults):
         raise TaskError(f"task {name!r}: [reterm].fault_commands must be a list of non-empty "

@@ -2,6 +2,7 @@
 config.mode (the package `reterm_jax.train` holds the loops; this is its command line)."""
 import datetime
 import os
+import sys
 
 from absl import flags, logging
 from ml_collections import config_flags
@@ -36,7 +37,26 @@ def main(argv):
     result = loop.train(config, workdir)
     for line in summary_lines(result):
         print(line)
-    print(f"workdir: {os.path.abspath(workdir)}")
+    for line in outputs_lines(result, workdir, sys.argv[1:]):
+        print(line)
+
+
+def outputs_lines(result: dict, workdir: str, argv: list[str]) -> list[str]:
+    """Where the run's outputs are, and the commands to resume it, evaluate it and look at it."""
+    wd = os.path.abspath(workdir)
+    args = [a for a in argv if not a.startswith("--workdir")]
+    lines = [f"workdir: {wd}", f"  checkpoints: {os.path.join(wd, 'checkpoints')}",
+             f"  TensorBoard: {os.path.join(wd, 'tb')}"]
+    hf = result.get("hf_dir")
+    if hf:
+        lines.append(f"  HF export:   {hf}")
+    lines += ["to resume (or extend with a larger --config.train.steps): "
+              f"python -m reterm_jax.train {' '.join(args)} --workdir={wd}",
+              f"to look at the curves: tensorboard --logdir={os.path.join(wd, 'tb')}"]
+    if hf:
+        lines.append(f"to evaluate it: python -m reterm_jax.evaluate --config=configs/eval.py --tasks=tasks "
+                     f"--config.policy=model --config.model.hf_path={hf}")
+    return lines
 
 
 def summary_lines(result: dict) -> list[str]:
