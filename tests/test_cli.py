@@ -77,3 +77,12 @@ def test_describe_flag_error_names_the_argument():
             text = describe_flag_error(outer, ["--config=configs/sft.py", "--config.mdoel.dtype=bf16"])
     assert text.startswith("--config.mdoel.dtype=bf16: the config has no field 'mdoel'")
     assert 'Did you mean "model"' in text
+
+
+def test_rows_that_all_miss_seq_len_stop_the_run_with_one_error_line(tmp_path):
+    proc = run("reterm_jax.train", "--config=configs/sft.py", "--config.data.seq_len=64",
+               "--config.data.overlong=drop", f"--workdir={tmp_path}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: --config.data.seq_len=64: none of the 22 rows fits") and "overlong=truncate" in last
+    assert "Traceback" not in proc.stderr and not os.path.exists(tmp_path / "checkpoints")

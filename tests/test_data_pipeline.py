@@ -161,3 +161,29 @@ def test_default_shard_is_this_jax_process(tok):
     ds, stats = sft_dataset(ROWS[:6], tok, seq_len=1024, batch_size=1, drop_remainder=False)
     assert (jax.process_index(), jax.process_count()) == (0, 1)
     assert len(segments(list(ds))) == 6 and stats.encoded == 6
+
+
+@pytest.mark.parametrize("overlong", ["drop", "truncate"])
+def test_length_report_counts_each_row_once_against_fit_length(tok, overlong, caplog):
+    """The start-of-run report: its counts and lost target tokens match fit_length row by row, and
+    each overlong row is named in exactly one line."""
+    from reterm_jax.data.pipeline import length_report
+    seq_len = 200
+    with caplog.at_level("INFO", logger="reterm_jax.data.pipeline"):
+        rep = length_report(ROWS, tok, seq_len=seq_len, overlong=overlong)
+    kept = truncated = dropped = lost = targets = 0
+    for row in ROWS:
+        ex = encode_example(row, tok)
+        n = int(np.count_nonzero(ex.loss_mask))
+        targets += n
+        fitted = fit_length(ex.tokens, ex.loss_mask, seq_len, overlong)
+        if fitted is None:
+            dropped, lost = dropped + 1, lost + n
+        elif len(fitted[0]) < len(ex):
+            truncated, lost = truncated + 1, lost + n - int(np.count_nonzero(fitted[1]))
+        else:
+            kept += 1
+    assert (rep.rows, rep.kept, rep.truncated, rep.dropped) == (len(ROWS), kept, truncated, dropped)
+    assert (rep.target_tokens, rep.target_tokens_lost) == (targets, lost) and dropped + truncated > 0
+    named = collections.Counter(r.getMessage().split("'")[1] for r in caplog.records if r.getMessage().startswith("row"))
+    assert len(named) == dropped + truncated and set(named.values()) == {1}

@@ -37,15 +37,6 @@ class PipelineStats:
     real_tokens: int = 0
     slots: int = 0
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False, compare=False)
-    _seen: set = dataclasses.field(default_factory=set, repr=False, compare=False)
-
-    def first_time(self, row_id) -> bool:
-        """True the first time a row id is seen (so a row is reported once, not every epoch)."""
-        with self._lock:
-            if row_id in self._seen:
-                return False
-            self._seen.add(row_id)
-            return True
 
     def add(self, **counts: int) -> None:
         with self._lock:  # grain encodes on several threads
@@ -72,25 +63,15 @@ class _Encode:
     def __call__(self, row: dict):
         try:
             ex = encode_example(row, self.tokenizer, tools=self.tools)
-        except RowError as e:
-            log.warning("%s", e)
+        except RowError as e:  # warned about once, before training, by length_report
+            log.debug("%s", e)
             self.stats.add(skipped_rows=1)
             return None
         fitted = fit_length(ex.tokens, ex.loss_mask, self.seq_len, self.overlong)
-        first = self.stats.first_time(ex.id)  # every epoch re-encodes a row: report it once
-        if fitted is None:
-            if first:
-                why = ("no target token is within the first seq_len tokens" if self.overlong == "truncate"
-                       else "overlong='drop'")
-                log.info("row %r: %d tokens > seq_len=%d, dropped (%s; %d target tokens lost)", ex.id, len(ex),
-                         self.seq_len, why, int(np.count_nonzero(ex.loss_mask)))
+        if fitted is None:  # reported once, before training, by length_report
             self.stats.add(encoded=1, dropped_overlong=1)
             return None
         cut = len(fitted[0]) < len(ex)
-        if cut and first:
-            lost = int(np.count_nonzero(ex.loss_mask)) - int(np.count_nonzero(fitted[1]))
-            log.info("row %r: %d tokens > seq_len=%d, truncated (%d of its target tokens lost)", ex.id, len(ex),
-                     self.seq_len, lost)
         self.stats.add(encoded=1, truncated=int(cut))
         return {"tokens": fitted[0], "loss_mask": fitted[1].astype(np.int32)}
 
@@ -117,6 +98,58 @@ class _Finalize:
         if self.stats.batches == 1 or self.stats.batches % self.log_every == 0:
             log.info("sft data: %s", self.stats.summary())
         return batch
+
+
+@dataclasses.dataclass
+class LengthReport:
+    """What seq_len and the overlong policy do to a set of rows (length_report)."""
+    rows: int = 0
+    kept: int = 0
+    truncated: int = 0
+    dropped: int = 0
+    skipped: int = 0            # rows that do not render (RowError)
+    target_tokens: int = 0
+    target_tokens_lost: int = 0
+    longest: int = 0
+
+    def summary(self, seq_len: int, overlong: str) -> str:
+        return (f"{self.rows} rows at seq_len={seq_len} (overlong={overlong!r}): {self.kept} kept whole, "
+                f"{self.truncated} truncated, {self.dropped} dropped, {self.skipped} skipped; "
+                f"{self.target_tokens_lost} of {self.target_tokens} target tokens lost; longest row {self.longest} tokens")
+
+
+def length_report(rows: Sequence[dict], tokenizer, *, seq_len: int, overlong: str, tools=None) -> LengthReport:
+    """Encode every row once and say, row by row (once, at the start: the pipeline re-encodes each
+    epoch silently), which rows seq_len truncates or drops and how many target tokens they lose."""
+    rep = LengthReport()
+    for row in rows:
+        rep.rows += 1
+        try:
+            ex = encode_example(row, tokenizer, tools=tools)
+        except RowError as e:
+            log.warning("%s", e)
+            rep.skipped += 1
+            continue
+        targets = int(np.count_nonzero(ex.loss_mask))
+        rep.target_tokens += targets
+        rep.longest = max(rep.longest, len(ex))
+        fitted = fit_length(ex.tokens, ex.loss_mask, seq_len, overlong)
+        if fitted is None:
+            rep.dropped += 1
+            rep.target_tokens_lost += targets
+            why = ("no target token is within the first seq_len tokens" if overlong == "truncate"
+                   else "overlong='drop'")
+            log.info("row %r: %d tokens > seq_len=%d, dropped (%s; %d target tokens lost)", ex.id, len(ex),
+                     seq_len, why, targets)
+        elif len(fitted[0]) < len(ex):
+            rep.truncated += 1
+            lost = targets - int(np.count_nonzero(fitted[1]))
+            rep.target_tokens_lost += lost
+            log.info("row %r: %d tokens > seq_len=%d, truncated (%d of its %d target tokens lost)", ex.id, len(ex),
+                     seq_len, lost, targets)
+        else:
+            rep.kept += 1
+    return rep
 
 
 def host_shard() -> tuple[int, int]:

@@ -15,7 +15,7 @@ import time
 import jax
 from absl import logging
 
-from reterm_jax.data import BASH_TOOL, load_and_validate, load_tokenizer, sft_dataset
+from reterm_jax.data import BASH_TOOL, length_report, load_and_validate, load_tokenizer, sft_dataset
 from reterm_jax.cli import UserError
 from reterm_jax.data.sources import looks_local
 from reterm_jax.data.tokenizer import resolve_tokenizer
@@ -79,6 +79,15 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
     logging.info("data %s: %d valid of %d rows (%s)", config.data.path, report.valid, report.total, report.by_kind)
     if not rows:
         raise ValueError(f"{config.data.path}: no valid rows to train on ({report.by_kind})")
+    shard = rows[jax.process_index()::jax.process_count()]  # the rows this host reads (sft_dataset's shard)
+    lengths = length_report(shard, tokenizer, seq_len=config.data.seq_len, overlong=config.data.overlong,
+                            tools=[BASH_TOOL])
+    logging.info("data: %s", lengths.summary(config.data.seq_len, config.data.overlong))
+    if not lengths.kept + lengths.truncated:
+        raise UserError(f"--config.data.seq_len={config.data.seq_len}: none of the {lengths.rows} rows fits "
+                        f"(overlong={config.data.overlong!r}; the longest is {lengths.longest} tokens); raise "
+                        "data.seq_len" + (", or use --config.data.overlong=truncate" if config.data.overlong == "drop"
+                                          else " (truncation keeps no target token of any row)"))
     dataset, data_stats = sft_dataset(
         rows, tokenizer, seq_len=config.data.seq_len, batch_size=config.train.batch_size // jax.process_count(),
         seed=config.seed, num_epochs=config.data.num_epochs or None, overlong=config.data.overlong,
