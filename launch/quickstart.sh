@@ -11,5 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash launch/setup.sh
+echo "== checking the bundled tasks in Docker (oracle reward 1, untouched environment 0)"
 python3 -m reterm_jax.sandbox check tasks/*/
+echo "== ReTerm-GRPO of the tiny model (SFT warm start first, then the failure bank, then GRPO steps)"
 python3 -m reterm_jax.train --config=configs/grpo.py --workdir="${WORKDIR:-runs/quickstart-grpo}" "$@"

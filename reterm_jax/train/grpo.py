@@ -295,6 +295,8 @@ def make_producers(config, workdir, sampler, tokenizer, n: int):
         j = (first + i) % len(tasks)
         producers.append(RecoveryProducer(bank, tasks[j:] + tasks[:j], sampler, tokenizer, cfg))
     if config.bank.failures_from == "fault_commands":
+        logging.info("seeding the failure bank from the %d tasks' scripted faults (a sandbox each; cached in %s)",
+                     len(tasks), bank.directory)
         producers[0].seed_from_faults()  # once, before any worker starts (tasks already seeded are skipped)
     logging.info("%d tasks from %s; failure bank %s holds %d entries", len(tasks), env.tasks, bank.directory, len(bank))
     return producers, bank
@@ -399,6 +401,11 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
         if resumed:
             data_iter.set_state(resumed["stream"])
         for step in range(start + 1, last + 1):
+            if step == start + 1:
+                logging.info("waiting for the first batch: %d group(s) with signal, %d attempts each, from %s "
+                             "(the first one also compiles the sampler)", config.stream.groups_per_step,
+                             config.rollout.group_size,
+                             f"{n_workers} rollout worker(s)" if workers is not None else "the train loop itself")
             raw = next(data_iter)
             stats = raw.pop("stats")
             rollout = {k: float(v) for k, v in stats.items()}
