@@ -148,16 +148,25 @@ def drill_killed_sandbox(tmp: str, cap: Captured) -> dict:
     killed: list[str] = []
 
     def fault(done):
-        from reterm_jax.sandbox import get_client
+        from reterm_jax.rl.failure_bank import IMAGE_REPO
+        from reterm_jax.sandbox import get_client, labels
+        sel = labels.managed_filter(labels.KIND_CONTAINER, **{labels.RUN_ID: labels.run_id()})
         while not done.is_set() and not killed:
-            names = containers_of_this_run()
-            if len(names) >= 2:  # a group's branches are up
-                time.sleep(2)
+            # a recovery attempt: a container branched from a failure-bank image (not a seeding,
+            # collection or verifier sandbox)
+            for c in get_client().containers.list(filters=sel):
                 try:
-                    get_client().api.kill(names[-1])
-                    killed.append(names[-1])
-                except Exception:  # noqa: BLE001 - it ended meanwhile: try the next
-                    pass
+                    tags = c.image.tags
+                except Exception:  # noqa: BLE001 - gone meanwhile
+                    continue
+                if any(t.startswith(IMAGE_REPO) for t in tags):
+                    time.sleep(1)
+                    try:
+                        get_client().api.kill(c.name)
+                        killed.append(c.name)
+                    except Exception:  # noqa: BLE001 - it ended meanwhile: try the next
+                        continue
+                    break
             time.sleep(0.3)
 
     result, wall = _run_grpo_with(fault, tmp, "killed", cap)
@@ -213,6 +222,8 @@ def main() -> int:
     if unknown:
         ap.error(f"--only: unknown {unknown}; choose from {', '.join(DRILLS)}")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    from absl import logging as absl_logging
+    absl_logging.set_verbosity(absl_logging.INFO)  # the loops log their steps through absl at INFO
     cap = Captured()
     logging.getLogger().addHandler(cap)
     logging.getLogger().setLevel(logging.INFO)
