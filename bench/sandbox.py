@@ -11,6 +11,7 @@ built the state, which is what a snapshot replaces.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import os
 import platform
@@ -74,6 +75,15 @@ def main() -> None:
                      f"{pct(lat, .5) * 1e3:.0f} ms / {pct(lat, .95) * 1e3:.0f} ms", "p50 <= 50 ms"))
         rows.append(("  for comparison: one `docker exec true` per command p50 / p95",
                      f"{pct(raw, .5) * 1e3:.0f} ms / {pct(raw, .95) * 1e3:.0f} ms", ""))
+        # the storage_mb watchdog (on above: the task's limits) against the same commands without it
+        with DockerSandbox(image, limits=dataclasses.replace(limits, storage_mb=0), task=task) as free:
+            off, on = [], []
+            for _ in range(args.execs):
+                off.append(timed(lambda: free.exec("true")))  # wall time: the watchdog's last check included
+                on.append(timed(lambda: sb.exec("true")))
+        rows.append((f"  storage_mb watchdog: exec p50 with / without (storage_mb={limits.storage_mb} / 0, interleaved, wall)",
+                     f"{pct(on, .5) * 1e3:.1f} ms / {pct(off, .5) * 1e3:.1f} ms "
+                     f"(+{(pct(on, .5) - pct(off, .5)) * 1e3:.1f} ms)", ""))
         for cmd in SETUP:
             assert sb.exec(cmd, timeout=120).exit_code == 0, cmd
         snaps, times = [], []
