@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from reterm_jax.data.literal import encode_text, literal, plain
 from reterm_jax.data.schema import RowError, is_tool_response_only, normalize_message, validate_row
 
 # The system-turn tools block of Qwen3.5's template (its wording must match the real template
@@ -89,8 +90,8 @@ def _param_text(value: Any) -> str:
     # The template's rule: objects and non-string sequences as JSON, everything else via `|string`
     # (Python str(): True -> "True", None -> "None", 1.5 -> "1.5").
     if isinstance(value, Mapping) or (isinstance(value, Sequence) and not isinstance(value, str)):
-        return _tojson(value)
-    return str(value)
+        return literal(_tojson(value))
+    return literal(str(value))
 
 
 def _split_think(message: Mapping, text: str) -> tuple[str, str]:
@@ -139,7 +140,8 @@ def render(messages: Sequence[Mapping], tools: Sequence[Mapping] | None = None,
 
     if not messages:
         raise ValueError("no messages to render")
-    system = messages[0].get("content", "").strip() if messages[0]["role"] == "system" else None
+    # Content goes in as literal(...): a special-token string in it stays text (data/literal.py).
+    system = literal(messages[0].get("content", "").strip()) if messages[0]["role"] == "system" else None
     if tools:
         schemas = "".join("\n" + _tojson(t) for t in tools)
         tail = "\n\n" + system if system else ""
@@ -155,8 +157,10 @@ def render(messages: Sequence[Mapping], tools: Sequence[Mapping] | None = None,
             if i != 0:
                 raise ValueError(f"message {i}: a system message must come first")
         elif role == "user":
-            ctx(f"<|im_start|>user\n{text}<|im_end|>\n")
+            ctx(f"<|im_start|>user\n{literal(text)}<|im_end|>\n")
         elif role == "assistant":
+            # the assistant's own text is model output in the model's format (XML tool calls in the
+            # content are its calls): not marked; the tool_calls field's argument values are data
             reasoning, content = _split_think(m, text)
             body = f"{reasoning.strip()}\n</think>\n\n{content}" if i > query else content
             body += _tool_calls_text(m.get("tool_calls") or (), content) + "<|im_end|>"
@@ -171,7 +175,7 @@ def render(messages: Sequence[Mapping], tools: Sequence[Mapping] | None = None,
         else:  # tool: consecutive results share one user turn
             opens = i > 0 and messages[i - 1]["role"] != "tool"
             closes = i == len(messages) - 1 or messages[i + 1]["role"] != "tool"
-            ctx(("<|im_start|>user" if opens else "") + f"\n<tool_response>\n{text}\n</tool_response>"
+            ctx(("<|im_start|>user" if opens else "") + f"\n<tool_response>\n{literal(text)}\n</tool_response>"
                 + ("<|im_end|>\n" if closes else ""))
     if add_generation_prompt:
         ctx("<|im_start|>assistant\n" + ("<think>\n" if enable_thinking else "<think>\n\n</think>\n\n"))
@@ -203,17 +207,27 @@ def segments(pieces: Sequence[Piece]) -> list[str]:
     return out
 
 
-def render_text(messages, tools=None, add_generation_prompt=False, enable_thinking=True) -> str:
-    """The rendered string (what apply_chat_template(..., tokenize=False) returns)."""
-    return "".join(p.text for p in render(messages, tools, None, add_generation_prompt, enable_thinking))
+def render_text(messages, tools=None, add_generation_prompt=False, enable_thinking=True, *,
+                keep_marks: bool = False) -> str:
+    """The rendered string (what apply_chat_template(..., tokenize=False) returns). keep_marks: with
+    the content's special-token strings still marked (data/literal.py), for encode_text."""
+    text = "".join(p.text for p in render(messages, tools, None, add_generation_prompt, enable_thinking))
+    return text if keep_marks else plain(text)
 
 
 def tokenize_pieces(pieces: Sequence[Piece], tokenizer) -> tuple[np.ndarray, np.ndarray]:
-    ids = tokenizer([p.text for p in pieces], add_special_tokens=False)["input_ids"]
+    ids = tokenize_texts([p.text for p in pieces], tokenizer)
     tokens = np.fromiter((t for seq in ids for t in seq), dtype=np.int32)
     mask = np.concatenate([np.full(len(seq), p.target, dtype=bool) for p, seq in zip(pieces, ids)]) \
         if ids else np.zeros(0, bool)
     return tokens, mask
+
+
+def tokenize_texts(texts: Sequence[str], tokenizer) -> list[list[int]]:
+    """Each rendered text's ids (encode_text: content marked literal stays text); one batched
+    tokenizer call for the texts without marks, as before."""
+    ids = tokenizer([plain(t) for t in texts], add_special_tokens=False)["input_ids"]
+    return [encode_text(tokenizer, t) if t != plain(t) else list(i) for t, i in zip(texts, ids)]
 
 
 def encode_example(row: Mapping, tokenizer, *, tools: Sequence[Mapping] | None = None,
@@ -233,7 +247,7 @@ def encode_example(row: Mapping, tokenizer, *, tools: Sequence[Mapping] | None =
         raise RowError(row["id"], "render", str(e)) from None
     tokens, mask = tokenize_pieces(pieces, tokenizer)
     if verify:
-        whole = [t for seg in tokenizer(segments(pieces), add_special_tokens=False)["input_ids"] for t in seg]
+        whole = [t for seg in tokenize_texts(segments(pieces), tokenizer) for t in seg]
         if list(tokens) != list(whole):
             first = next((i for i, (a, b) in enumerate(zip(tokens, whole)) if a != b), min(len(tokens), len(whole)))
             raise AssertionError(f"row {row['id']!r}: piecewise tokens differ from whole-string tokens at {first}; "

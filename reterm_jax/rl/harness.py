@@ -17,6 +17,7 @@ import json
 import re
 
 from reterm_jax.data.chat import BASH_TOOL, render_text
+from reterm_jax.data.literal import literal
 
 # The demo / SFT rows are built with this wording (reterm_jax/assets/build_demo_dataset.py imports
 # it), so RL prompts look like the data the policy was fine-tuned on (a test checks the shipped rows).
@@ -84,7 +85,8 @@ def initial_messages(instruction: str, history: list[dict] | None = None) -> lis
 
 def prompt_text(messages: list[dict]) -> str:
     """The rendered conversation with the tools block and the generation prompt."""
-    return render_text(messages, TOOLS, add_generation_prompt=True)
+    # marked: a special-token string inside a message stays text when encode_text tokenises this
+    return render_text(messages, TOOLS, add_generation_prompt=True, keep_marks=True)
 
 
 def observation_text(contents: list[str], enable_thinking: bool = True) -> str:
@@ -92,7 +94,7 @@ def observation_text(contents: list[str], enable_thinking: bool = True) -> str:
     follow it: the newline ending that turn, the grouped tool-response user turn, and the
     generation prompt. Tokenised on its own and appended to the cache; the tests check that
     prompt + sampled turn + this equals the template's render of the whole conversation."""
-    body = "".join(f"\n<tool_response>\n{c.strip()}\n</tool_response>" for c in contents)
+    body = "".join(f"\n<tool_response>\n{literal(c.strip())}\n</tool_response>" for c in contents)
     think = "<think>\n" if enable_thinking else "<think>\n\n</think>\n\n"
     return f"\n<|im_start|>user{body}<|im_end|>\n<|im_start|>assistant\n{think}"
 

@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 import jax
 import numpy as np
 
+from reterm_jax.data.literal import encode_text
 from reterm_jax.data.tokenizer import special_ids
 from reterm_jax.rl import harness
 from reterm_jax.rl.harness import Limits, ParsedTurn
@@ -62,7 +63,9 @@ def check_prefix(row: int, seen: np.ndarray, record: list[int], previous: list[i
 
 
 def _tokenize(tokenizer, text: str) -> list[int]:
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    """A rendered string's ids: the template's special tokens as themselves, content the renderers
+    marked literal (observations, messages) as text (data/literal.py)."""
+    return encode_text(tokenizer, text)
 
 
 def _run_calls(env, parsed: ParsedTurn, timeout: float) -> list[dict]:
