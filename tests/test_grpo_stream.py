@@ -149,6 +149,25 @@ def test_max_pulls_pads_with_zero_weight_rows():
     assert b["weights"][4:].sum() == 0 and b["loss_mask"][4:].sum() == 0 and b["segment_ids"][4:].sum() == 0
 
 
+class NoSignalProducer:
+    """Groups whose members all score 0, slowly (the policy solves none of its failure states)."""
+
+    def produce(self, version, params, key):
+        time.sleep(0.02)
+        return make_group([0, 0, 0, 0])
+
+
+def test_waiting_forever_for_signal_is_logged_and_ends_with_a_message(caplog):
+    """max_pulls_per_step=0 used to pull for ever, silently, when no group had signal."""
+    stream = GroupStream(NoSignalProducer(), cfg(max_pulls_per_step=0, max_wait_s=0.5, signal_note_s=0.15))
+    with caplog.at_level("WARNING", logger="reterm_jax.rl.stream"):
+        with pytest.raises(RuntimeError, match=r"no batch after \d+ s \(stream.max_wait_s=0.5\): \d+ group\(s\) "
+                                               r"pulled, 0 of 2 usable; \d+ had no signal"):
+            next(iter(stream))
+    notes = [r.getMessage() for r in caplog.records if "waited" in r.getMessage()]
+    assert 2 <= len(notes) <= 4 and "without signal" in notes[0]
+
+
 def test_masked_members_and_min_valid():
     # member 1 failed (sandbox): masked out, advantages over the three valid members only
     g = make_group([1, 1, 0, 0], valid=[True, False, True, True], sandbox_errors=1)

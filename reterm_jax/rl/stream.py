@@ -72,6 +72,10 @@ class StreamConfig:
     overlong_buffer: int = 0
     overlong_penalty: float = 1.0
     max_pulls_per_step: int = 0           # 0: pull until the batch is full
+    # with max_pulls_per_step=0: give up (RuntimeError naming the counts) when a step has waited this
+    # long without filling its batch; logged every signal_note_s meanwhile. 0: wait forever.
+    max_wait_s: float = 0.0
+    signal_note_s: float = 300.0
     poll_s: float = 0.1
 
     def __post_init__(self):
@@ -248,9 +252,25 @@ class GroupStreamIterator(grain.DatasetIterator):
         accepted: list[Assessed] = []
         seen: list[Assessed] = []
         empty_in_a_row = 0
+        started = time.monotonic()
+        next_note = started + cfg.signal_note_s
         while len(accepted) < cfg.groups_per_step:
             if cfg.max_pulls_per_step and len(seen) >= cfg.max_pulls_per_step:
                 break
+            waited = time.monotonic() - started
+            if not cfg.max_pulls_per_step and seen and waited >= next_note - started:
+                log.warning("the step has waited %.0f s for %d group(s) with signal: %d pulled, %d usable (%d "
+                            "without signal, %d with too few valid members, %d stale)", waited, cfg.groups_per_step,
+                            len(seen), len(accepted), sum(not a.has_signal for a in seen),
+                            sum(not a.enough_valid for a in seen), sum(a.stale for a in seen))
+                next_note += cfg.signal_note_s
+            if not cfg.max_pulls_per_step and cfg.max_wait_s and waited >= cfg.max_wait_s:
+                raise RuntimeError(
+                    f"no batch after {waited:.0f} s (stream.max_wait_s={cfg.max_wait_s:g}): {len(seen)} group(s) "
+                    f"pulled, {len(accepted)} of {cfg.groups_per_step} usable; {sum(not a.has_signal for a in seen)} "
+                    "had no signal (every attempt scored the same). The policy solves all or none of its failure "
+                    "states: set stream.max_pulls_per_step > 0 to take skipped steps instead, change "
+                    "bank.failures_from / the tasks, or raise stream.max_wait_s")
             group = self._pull()
             if group is None:  # an inline producer with nothing to do
                 empty_in_a_row += 1

@@ -108,6 +108,8 @@ def check_config(config, n_data_parallel: int | None = None) -> None:
             raise UserError(f"synthetic prompt + target = {n} tokens > --config.train.seq_len={t.seq_len}")
     if config.loss.kl_coef < 0:
         raise UserError(f"--config.loss.kl_coef={config.loss.kl_coef}: must be >= 0")
+    if s.get("max_wait_s", 0.0) < 0:
+        raise UserError(f"--config.stream.max_wait_s={s.max_wait_s}: must be >= 0 (0 = wait forever)")
     check_checkpoint_fields(config)
     if n_data_parallel is None:
         return
@@ -311,7 +313,8 @@ def stream_config(config, pad_id: int) -> StreamConfig:
                         dynamic_sampling=s.dynamic_sampling, signal=s.signal,
                         advantage_mode=config.loss.advantage_mode, overlong=s.overlong,
                         overlong_max_tokens=s.overlong_max_tokens, overlong_buffer=s.overlong_buffer,
-                        overlong_penalty=s.overlong_penalty, max_pulls_per_step=s.max_pulls_per_step)
+                        overlong_penalty=s.overlong_penalty, max_pulls_per_step=s.max_pulls_per_step,
+                        max_wait_s=float(s.get("max_wait_s", 0.0)))
 
 
 # ---- the run ------------------------------------------------------------------------------------------
