@@ -93,9 +93,11 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c.stream.max_wait_s = 1800.0    # with max_pulls_per_step=0: stop the run with a message after a step
     #                                 has waited this long for its groups with signal (0 = forever)
     c.stream.overlong = "mask"      # none | mask | penalty (DAPO soft punishment, in tokens)
-    c.stream.overlong_max_tokens = 0  # sampled tokens per attempt counted as overlong (0: truncated only)
+    c.stream.overlong_max_tokens = 0  # tokens per attempt counted as overlong (0: truncated only)
+    c.stream.overlong_measure = "sampled"  # what overlong_max_tokens counts: sampled | context (the attempt's
+    #                                 whole token budget: history + retry + everything since)
     c.stream.overlong_buffer = 0
-    c.stream.overlong_penalty = 1.0
+    c.stream.overlong_penalty = 1.0   # with overlong=penalty: must be a fraction of the success reward
 
     c.loss = ml_collections.ConfigDict()
     c.loss.advantage_mode = "grpo"  # grpo: (r - mean) / std | dr_grpo: r - mean
@@ -149,9 +151,15 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
         c.stream.signal = "resolved"
         c.stream.max_pulls_per_step = 0
         c.stream.max_wait_s = 4 * 3600.0  # a 256k-token group can take an hour
+        # DAPO's soft overlong penalty against the attempt's budget (rollout.max_tokens of context),
+        # at half the success reward: a long recovery that succeeds still scores 0.5-1, more than a
+        # failure; only one that runs into its budget is pushed down (before: -1 past 16,384 sampled
+        # tokens, so every long success scored 0, like a failure)
         c.stream.overlong = "penalty"
-        c.stream.overlong_max_tokens = 16_384
-        c.stream.overlong_buffer = 4096
+        c.stream.overlong_measure = "context"
+        c.stream.overlong_max_tokens = 256_000
+        c.stream.overlong_buffer = 16_384
+        c.stream.overlong_penalty = 0.5
         c.loss.kl_coef = 0.0        # no KL (DAPO): clip-higher keeps the policy near the sampler
         c.optim.lr = 1e-6
         c.optim.warmup_steps = 10

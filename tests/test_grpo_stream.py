@@ -202,6 +202,25 @@ def test_overlong_mask_and_penalty():
     assert assess(g, 0, cfg()).overlong == 1  # no token limit: only the truncated end counts
 
 
+def test_overlong_against_the_attempt_budget_keeps_long_successes_above_failures():
+    """overlong_measure="context": the penalty counts the attempt's whole context against its budget,
+    at a fraction of the success reward. A success with many sampled tokens but room left in the
+    budget is not penalised; one that nears the budget scores less, but more than a failure."""
+    def traj(n_context, n_sampled):
+        return make_traj(context=tuple(range(n_context)), sampled=tuple(range(n_sampled)),
+                         logprobs=(-0.1,) * n_sampled, obs=())
+    # budget 100 tokens of context, buffer 20: penalty from 80 to 100
+    trajs = [traj(10, 60), traj(10, 85), traj(10, 20), traj(10, 95)]
+    g = make_group([1, 1, 0, 0], trajs=trajs)
+    shaped = assess(g, 0, cfg(overlong="penalty", overlong_measure="context", overlong_max_tokens=100,
+                              overlong_buffer=20, overlong_penalty=0.5))
+    # contexts 70, 95, 30, 105 tokens: 0; 15 of 20 into the buffer; 0; past the budget
+    np.testing.assert_allclose(shaped.rewards, [1.0, 1.0 - 0.5 * 15 / 20, 0.0, -0.5])
+    assert shaped.rewards[1] > shaped.rewards[2]  # a long success beats a failure
+    sampled = assess(g, 0, cfg(overlong="penalty", overlong_max_tokens=50, overlong_buffer=0, overlong_penalty=1.0))
+    assert sampled.rewards[0] == 0.0  # the old 9B setting: a 60-token success scored like a failure
+
+
 def test_reward_signal_mode_uses_reward_differences():
     g = make_group([0.5, 0.25, 0.5, 0.5])  # nothing resolved, but the rewards differ
     assert not assess(g, 0, cfg()).has_signal

@@ -12,9 +12,9 @@ Each batch pulls groups (from the workers' bounded queue, or from a producer cal
 no workers are given: tests, debugging) and, per group, in this order:
   1. staleness = current version - group.policy_version; above cfg.max_staleness the group is
      dropped ("drop") or down-weighted by stale_weight ** (staleness - max_staleness) ("weight");
-  2. overlong members (more than overlong_max_tokens SAMPLED tokens, or ended by the token
-     budget / the per-turn limit) are masked out ("mask") or their reward shaped by
-     `overlong_shaping` ("penalty"), "none" leaves them;
+  2. overlong members (more than overlong_max_tokens sampled tokens, or context tokens with
+     overlong_measure="context", or ended by the token budget / the per-turn limit) are masked
+     out ("mask") or their reward shaped by `overlong_shaping` ("penalty"), "none" leaves them;
   3. dynamic sampling: `group_has_signal` (>= min_valid valid members whose outcomes are not all
      equal; outcome = resolved, or the reward itself with signal="reward") or the group is
      filtered;
@@ -68,9 +68,13 @@ class StreamConfig:
     signal: str = "resolved"              # what "all outcomes equal" compares: "resolved" | "reward"
     advantage_mode: str = "grpo"          # "grpo" | "dr_grpo"
     overlong: str = "none"                # "none" | "mask" | "penalty"
-    overlong_max_tokens: int = 0          # sampled tokens of one attempt (0: only truncated ends count)
+    overlong_max_tokens: int = 0          # tokens of one attempt (0: only truncated ends count)
     overlong_buffer: int = 0
     overlong_penalty: float = 1.0
+    # what overlong_max_tokens counts: "sampled" tokens of the attempt (DAPO's response length), or
+    # its "context" (failed history + retry turn + everything since): the attempt's token budget,
+    # so a long recovery is penalised only as it nears the budget, not for being long
+    overlong_measure: str = "sampled"
     max_pulls_per_step: int = 0           # 0: pull until the batch is full
     # with max_pulls_per_step=0: give up (RuntimeError naming the counts) when a step has waited this
     # long without filling its batch; logged every signal_note_s meanwhile. 0: wait forever.
@@ -87,6 +91,8 @@ class StreamConfig:
             raise ValueError(f"signal must be one of {SIGNALS}, got {self.signal!r}")
         if self.advantage_mode not in ADVANTAGE_MODES:
             raise ValueError(f"advantage_mode must be one of {ADVANTAGE_MODES}, got {self.advantage_mode!r}")
+        if self.overlong_measure not in ("sampled", "context"):
+            raise ValueError(f"overlong_measure must be 'sampled' or 'context', got {self.overlong_measure!r}")
         if self.overlong == "penalty" and self.overlong_max_tokens <= 0:
             raise ValueError("overlong='penalty' needs overlong_max_tokens > 0")
         if min(self.groups_per_step, self.group_size, self.seq_len, self.min_valid) < 1:
@@ -130,7 +136,8 @@ def assess(group: Group, version: int, cfg: StreamConfig) -> Assessed:
         weight = 0.0 if cfg.staleness_mode == "drop" else float(cfg.stale_weight ** (staleness - cfg.max_staleness))
     valid = np.asarray(group.valid, bool).copy()
     rewards = np.where(valid, np.asarray(group.rewards, np.float32), 0.0).astype(np.float32)
-    lengths = np.asarray([t.num_sampled for t in group.trajectories], np.int64)
+    lengths = np.asarray([t.num_sampled if cfg.overlong_measure == "sampled" else len(t.tokens)
+                          for t in group.trajectories], np.int64)
     truncated = np.asarray([t.end_reason in TRUNCATED for t in group.trajectories], bool)
     too_long = truncated | ((lengths > cfg.overlong_max_tokens) if cfg.overlong_max_tokens > 0 else False)
     overlong = int(np.sum(too_long & valid))

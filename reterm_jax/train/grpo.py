@@ -108,6 +108,12 @@ def check_config(config, n_data_parallel: int | None = None) -> None:
             raise UserError(f"synthetic prompt + target = {n} tokens > --config.train.seq_len={t.seq_len}")
     if config.loss.kl_coef < 0:
         raise UserError(f"--config.loss.kl_coef={config.loss.kl_coef}: must be >= 0")
+    if s.overlong == "penalty" and s.overlong_penalty >= config.env.threshold:
+        raise UserError(f"--config.stream.overlong_penalty={s.overlong_penalty} is not below the success reward "
+                        f"(env.threshold={config.env.threshold}): a long success would score no more than a failure; "
+                        "use a fraction, e.g. 0.5")
+    if s.get("overlong_measure", "sampled") not in ("sampled", "context"):
+        raise UserError(f"--config.stream.overlong_measure={s.overlong_measure!r}: use sampled or context")
     if s.get("max_wait_s", 0.0) < 0:
         raise UserError(f"--config.stream.max_wait_s={s.max_wait_s}: must be >= 0 (0 = wait forever)")
     check_checkpoint_fields(config)
@@ -314,7 +320,8 @@ def stream_config(config, pad_id: int) -> StreamConfig:
                         advantage_mode=config.loss.advantage_mode, overlong=s.overlong,
                         overlong_max_tokens=s.overlong_max_tokens, overlong_buffer=s.overlong_buffer,
                         overlong_penalty=s.overlong_penalty, max_pulls_per_step=s.max_pulls_per_step,
-                        max_wait_s=float(s.get("max_wait_s", 0.0)))
+                        max_wait_s=float(s.get("max_wait_s", 0.0)),
+                        overlong_measure=s.get("overlong_measure", "sampled"))
 
 
 # ---- the run ------------------------------------------------------------------------------------------
