@@ -105,6 +105,9 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c.loss.clip_high = 0.28         # ... 1 + 0.28 (clip-higher, DAPO)
     c.loss.log_ratio_clamp = 20.0   # |logp - old_logp| clamped before exp
     c.loss.kl_coef = 0.0            # k3 KL to the frozen warm start; 0 skips the reference forward
+    c.loss.dual_clip = 0.0          # > 1 (e.g. 3): bound the objective of A < 0 tokens at c * A (0 = off)
+    c.loss.tis_cap = 0.0            # > 0 (e.g. 2): PPO against the trainer's log-probs, tokens weighted by
+    #                                 min(pi_trainer / pi_sampler, cap): truncated importance sampling (0 = off)
 
     c.optim = ml_collections.ConfigDict()
     c.optim.lr = 1e-4

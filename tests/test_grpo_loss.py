@@ -13,7 +13,7 @@ from reterm_jax.rl.grpo_loss import group_advantages, group_has_signal, kl_k3, o
 
 # Jitted, as the trainer uses it (and one compiled call is faster than eager op-by-op dispatch).
 ppo_loss_sums = jax.jit(grpo_loss.ppo_loss_sums,
-                        static_argnames=("clip_low", "clip_high", "log_ratio_clamp", "kl_coef"))
+                        static_argnames=("clip_low", "clip_high", "log_ratio_clamp", "kl_coef", "dual_clip", "tis_cap"))
 
 T, F = True, False
 LN2 = math.log(2.0)
@@ -155,6 +155,49 @@ def test_ppo_gradient_zero_on_clipped_tokens():
     close(loss, -1.68)   # -2.2 - 1.28 + 0.8 - 0.5 + 1.5
     close(count, 5)
     close(stats["clipped"], 2)
+
+
+def test_dual_clip_bounds_negative_advantage_tokens_with_a_large_ratio():
+    """dual_clip = 3: a token with A < 0 and ratio 5 contributes -3A (not -5A) and no gradient;
+    below the bound (ratio 1.5) and for A > 0 nothing changes."""
+    old = np.log(np.array([0.1, 0.1, 0.1]))
+    logp = old + np.log(np.array([5.0, 1.5, 5.0]))
+    adv = np.array([-1.0, -1.0, 2.0])
+    loss, _, stats = ppo(logp, old, adv, dual_clip=3.0)
+    close(loss, 3.0 + 1.5 - 1.28 * 2)  # dual-clipped 3, unclipped 1.5, clipped_high 1.28 x 2
+    close(stats["dual_clipped"], 1.0)
+    g = grad_logp(logp[None], old[None], adv[None], np.ones((1, 3)), dual_clip=3.0)
+    close(g, np.array([[0.0, 1.5, 0.0]]))
+    close(ppo(logp, old, adv)[0], 5.0 + 1.5 - 2.56)  # off: today's objective
+    with pytest.raises(ValueError, match="dual_clip must be > 1"):
+        ppo(logp, old, adv, dual_clip=0.5)
+
+
+def test_truncated_importance_weights_against_the_sampler():
+    """tis_cap = C: the PPO ratio is against the trainer's own log-probs (1 in value), every token
+    weighted by min(pi_trainer / pi_sampler, C): loss -A w, gradient -A w d logp."""
+    ratios = np.array([1.1, 1.5, 0.5, 0.5, 1.5, 4.0])
+    adv = np.array([2.0, 1.0, -1.0, 1.0, -1.0, 1.0])
+    old = np.log(np.array([0.3, 0.2, 0.6, 0.4, 0.1, 0.05]))
+    logp = old + np.log(ratios)
+    w = np.minimum(ratios, 2.0)
+    loss, count, stats = ppo(logp, old, adv, tis_cap=2.0)
+    close(loss, float(np.sum(-adv * w)))
+    close(stats["tis_clipped"], 1.0)
+    close(stats["ratio"], float(ratios.sum()))  # still the sampler ratio, for the metrics
+    g = grad_logp(logp[None], old[None], adv[None], np.ones((1, 6)), tis_cap=2.0)
+    close(g, (-adv * w)[None])
+
+
+def test_mismatch_is_reported_on_fresh_rows_only():
+    """fresh marks rows sampled by the current params: their |logp - old_logp| is the numeric
+    mismatch; a stale row's (the params moved since) is reported only in the overall sum."""
+    logp = np.log(np.array([[0.5, 0.5], [0.5, 0.5]], np.float32))
+    old = np.log(np.array([[0.49, 0.51], [0.25, 0.25]], np.float32))
+    _, _, stats = ppo_loss_sums(logp, old, np.ones((2, 2)), np.ones((2, 2)), fresh=np.array([1.0, 0.0]))
+    close(stats["fresh_tokens"], 2.0)
+    close(stats["log_ratio_abs_fresh"], abs(math.log(0.5 / 0.49)) + abs(math.log(0.5 / 0.51)))
+    close(stats["log_ratio_abs"], float(stats["log_ratio_abs_fresh"]) + 2 * math.log(2.0))
 
 
 def test_ppo_log_ratio_clamp_keeps_values_finite():

@@ -17,7 +17,8 @@ import numpy as np
 
 from reterm_jax.rl.trajectory import Trajectory
 
-BATCH_KEYS = ("tokens", "positions", "segment_ids", "targets", "loss_mask", "old_logprobs", "advantages", "weights")
+BATCH_KEYS = ("tokens", "positions", "segment_ids", "targets", "loss_mask", "old_logprobs", "advantages", "weights",
+              "staleness")
 
 
 @dataclasses.dataclass
@@ -65,14 +66,15 @@ def _row_weights(groups: Sequence[Group], weights: Sequence[float]) -> list[floa
 
 
 def groups_to_batch(groups: Sequence[Group], *, seq_len: int, pad_id: int, advantages: Sequence[Sequence[float]],
-                    weights: Sequence[float]) -> dict[str, np.ndarray]:
+                    weights: Sequence[float], staleness: Sequence[int] | None = None) -> dict[str, np.ndarray]:
     """The training batch, all arrays [B = sum of group sizes, seq_len] (see BATCH_KEYS).
 
     tokens/positions/segment_ids: the trajectory's tokens (segment 1), right-padded (segment 0);
     targets[t] = tokens[t+1]; loss_mask[t] = 1 where targets[t] was SAMPLED (the trajectory's
     loss_mask[t+1]); old_logprobs[t] = the sampler's log-prob of targets[t]; advantages: the
     member's advantage on every position; weights: the row weight (per group or per row,
-    times 0 for invalid members). Invalid members become all-pad rows (nothing to attend,
+    times 0 for invalid members); staleness: the group's lag in policy versions on every position
+    (default 0; pad rows -1), so the step can tell the rows the current params sampled. Invalid members become all-pad rows (nothing to attend,
     nothing trains), so the shapes stay static. A valid trajectory longer than seq_len is a
     configuration error (ValueError): the rollout's Limits.max_tokens must be <= seq_len.
     """
@@ -87,9 +89,13 @@ def groups_to_batch(groups: Sequence[Group], *, seq_len: int, pad_id: int, advan
            "loss_mask": np.zeros((rows, seq_len), np.float32),
            "old_logprobs": np.zeros((rows, seq_len), np.float32),
            "advantages": np.zeros((rows, seq_len), np.float32),
-           "weights": np.asarray(row_weights, np.float32)[:, None].repeat(seq_len, axis=1)}
+           "weights": np.asarray(row_weights, np.float32)[:, None].repeat(seq_len, axis=1),
+           "staleness": np.full((rows, seq_len), -1, np.int32)}
+    lags = list(staleness) if staleness is not None else [0] * len(groups)
+    if len(lags) != len(groups):
+        raise ValueError(f"{len(lags)} staleness values for {len(groups)} groups")
     r = 0
-    for g, adv in zip(groups, advantages):
+    for g, adv, lag in zip(groups, advantages, lags):
         if len(adv) != g.size:
             raise ValueError(f"group {g.group_id}: {len(adv)} advantages for {g.size} trajectories")
         for traj, valid, a in zip(g.trajectories, g.valid, adv):
@@ -109,6 +115,7 @@ def groups_to_batch(groups: Sequence[Group], *, seq_len: int, pad_id: int, advan
                 out["loss_mask"][r, :n - 1] = np.asarray(traj.loss_mask[1:], np.float32)
                 out["old_logprobs"][r, :n - 1] = np.asarray(traj.logprobs[1:], np.float32)
                 out["advantages"][r, :] = float(a)
+                out["staleness"][r, :] = int(lag)
             r += 1
     return out
 
@@ -123,4 +130,5 @@ def _one_empty_row(seq_len: int, pad_id: int) -> dict[str, np.ndarray]:
     return {"tokens": np.full((1, seq_len), pad_id, np.int32), "positions": np.zeros((1, seq_len), np.int32),
             "segment_ids": np.zeros((1, seq_len), np.int32), "targets": np.full((1, seq_len), pad_id, np.int32),
             "loss_mask": np.zeros((1, seq_len), np.float32), "old_logprobs": np.zeros((1, seq_len), np.float32),
-            "advantages": np.zeros((1, seq_len), np.float32), "weights": np.zeros((1, seq_len), np.float32)}
+            "advantages": np.zeros((1, seq_len), np.float32), "weights": np.zeros((1, seq_len), np.float32),
+            "staleness": np.full((1, seq_len), -1, np.int32)}

@@ -19,6 +19,17 @@ clipped (zero-gradient) branch only when A > 0 and ratio > 1 + eps_high ("clippe
 A < 0 and ratio < 1 - eps_low ("clipped_low"); on the other side the unclipped term is smaller
 and keeps its gradient.
 
+Off-policy safety (both off by default, i.e. the objective above):
+  dual_clip = c > 1 (Ye et al. 2020): for A < 0 the objective is also bounded by c * A, so a token
+      whose ratio has run far above 1 (a sample the current policy now likes much more than the
+      sampler did) cannot push an unbounded negative update: pg = min(-min(rA, clip(r)A), -cA).
+  tis_cap = C > 0 (truncated importance sampling against the sampler/trainer mismatch, and
+      decoupled PPO for stale groups): the PPO ratio is taken against the trainer's own log-probs
+      at the step's params (r = exp(logp - stop_grad(logp)), 1 in value: one update per batch),
+      and each token is weighted by w = min(exp(stop_grad(logp) - old_logp), C): the sampler's
+      distribution (old weights, other numerics) corrected by importance weighting, truncated at
+      C so one token with a tiny sampler probability cannot dominate the batch.
+
 KL to a frozen reference, k3 estimator (Schulman, "Approximating KL divergence"):
   k3 = exp(ref - logp) - (ref - logp) - 1  >= 0, unbiased for KL(pi || ref) under samples of pi,
   and low-variance compared with the plain log-ratio.
@@ -93,15 +104,23 @@ def kl_k3(logp, ref_logp, *, log_ratio_clamp: float = 20.0) -> jax.Array:
 
 
 def ppo_loss_sums(logp, old_logp, advantages, mask, *, clip_low: float = 0.2, clip_high: float = 0.28,
-                  log_ratio_clamp: float = 20.0, ref_logp=None, kl_coef: float = 0.0, weights=None):
+                  log_ratio_clamp: float = 20.0, ref_logp=None, kl_coef: float = 0.0, weights=None,
+                  dual_clip: float = 0.0, tis_cap: float = 0.0, fresh=None):
     """Clipped token objective as (loss_sum, count, stats); see the module docstring.
 
     logp (trainer, differentiable), old_logp (sampler), advantages, mask: [B, T]; mask bool or 0/1.
     weights: optional per-row multiplier [B] (or per-token [B, T], for packed rows whose sequences
     carry different weights); it scales the loss, not the count. The caller's token mean is
     sum(loss_sum) / sum(count) over all micro-batches. stats are SUMS over masked tokens
-    (unweighted, no gradient): clipped, clipped_low, clipped_high, kl, ratio, log_ratio_abs.
+    (unweighted, no gradient): clipped, clipped_low, clipped_high, kl, ratio, log_ratio_abs, and
+    with `fresh` ([B] or [B, T], 1 on rows sampled by the current params): log_ratio_abs_fresh and
+    fresh_tokens, the sampler/trainer mismatch where staleness cannot explain it. dual_clip (> 1)
+    and tis_cap (> 0): see the module docstring (0 = off); tis_clipped counts tokens at the cap.
     """
+    if dual_clip and dual_clip <= 1.0:
+        raise ValueError(f"dual_clip must be > 1 (or 0: off), got {dual_clip}")
+    if tis_cap < 0:
+        raise ValueError(f"tis_cap must be > 0 (or 0: off), got {tis_cap}")
     m = _f32(mask)  # 0/1 (a fractional mask acts as a token weight, in the loss and the count)
     on = m != 0
     # Zero masked positions first (the double-where trick): padding may hold inf/NaN log-probs,
@@ -110,10 +129,20 @@ def ppo_loss_sums(logp, old_logp, advantages, mask, *, clip_low: float = 0.2, cl
     logp, old_logp, adv = inert(logp), inert(old_logp), inert(advantages)
     ref_logp = None if ref_logp is None else inert(ref_logp)
 
-    log_ratio = jnp.clip(logp - old_logp, -log_ratio_clamp, log_ratio_clamp)
+    behaviour_log_ratio = jnp.clip(logp - old_logp, -log_ratio_clamp, log_ratio_clamp)
+    if tis_cap:
+        # decoupled: PPO against the trainer's own log-probs, the sampler corrected by a capped weight
+        log_ratio = logp - jax.lax.stop_gradient(logp)
+        tis = jnp.minimum(jnp.exp(jax.lax.stop_gradient(behaviour_log_ratio)), tis_cap)
+    else:
+        log_ratio, tis = behaviour_log_ratio, None
     ratio = jnp.exp(log_ratio)
     clipped_ratio = jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
     per_token = -jnp.minimum(ratio * adv, clipped_ratio * adv)
+    if dual_clip:
+        per_token = jnp.where(adv < 0, jnp.minimum(per_token, -dual_clip * adv), per_token)
+    if tis is not None:
+        per_token = per_token * tis
 
     use_kl = ref_logp is not None and kl_coef != 0.0
     kl = kl_k3(logp, ref_logp, log_ratio_clamp=log_ratio_clamp) if ref_logp is not None else None
@@ -134,9 +163,18 @@ def ppo_loss_sums(logp, old_logp, advantages, mask, *, clip_low: float = 0.2, cl
         "clipped_low": masked_sum(clipped_low.astype(jnp.float32)),
         "clipped_high": masked_sum(clipped_high.astype(jnp.float32)),
         "kl": masked_sum(kl) if use_kl else jnp.zeros((), jnp.float32),
-        "ratio": masked_sum(ratio),
+        "ratio": masked_sum(jnp.exp(behaviour_log_ratio)),
         "log_ratio_abs": masked_sum(jnp.abs(logp - old_logp)),
+        "dual_clipped": masked_sum(((adv < 0) & (ratio > dual_clip)).astype(jnp.float32))
+        if dual_clip else jnp.zeros((), jnp.float32),
+        "tis_clipped": masked_sum((jnp.exp(behaviour_log_ratio) > tis_cap).astype(jnp.float32))
+        if tis_cap else jnp.zeros((), jnp.float32),
     }
+    if fresh is not None:
+        f = _f32(fresh)
+        f = f[:, None] if f.ndim == 1 else f
+        stats["log_ratio_abs_fresh"] = masked_sum(jnp.abs(logp - old_logp) * f)
+        stats["fresh_tokens"] = masked_sum(jnp.broadcast_to(f, m.shape))
     return loss_sum, count, stats
 
 

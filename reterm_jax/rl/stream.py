@@ -171,7 +171,7 @@ def assemble(accepted: list[Assessed], cfg: StreamConfig) -> dict[str, np.ndarra
         adv = np.asarray(group_advantages(rewards, valid, mode=cfg.advantage_mode), np.float32)
         groups = [dataclasses.replace(a.group, valid=[bool(v) for v in a.valid]) for a in accepted]
         batch = groups_to_batch(groups, seq_len=cfg.seq_len, pad_id=cfg.pad_id, advantages=adv.tolist(),
-                                weights=[a.weight for a in accepted])
+                                weights=[a.weight for a in accepted], staleness=[a.staleness for a in accepted])
     else:
         batch = empty_rows(0, seq_len=cfg.seq_len, pad_id=cfg.pad_id)
     missing = cfg.rows - batch["tokens"].shape[0]

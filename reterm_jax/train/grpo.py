@@ -114,6 +114,11 @@ def check_config(config, n_data_parallel: int | None = None) -> None:
                         "use a fraction, e.g. 0.5")
     if s.get("overlong_measure", "sampled") not in ("sampled", "context"):
         raise UserError(f"--config.stream.overlong_measure={s.overlong_measure!r}: use sampled or context")
+    dual, tis = config.loss.get("dual_clip", 0.0), config.loss.get("tis_cap", 0.0)
+    if dual and dual <= 1.0:
+        raise UserError(f"--config.loss.dual_clip={dual}: must be > 1 (e.g. 3), or 0 for off")
+    if tis < 0:
+        raise UserError(f"--config.loss.tis_cap={tis}: must be > 0 (e.g. 2), or 0 for off")
     if s.get("max_wait_s", 0.0) < 0:
         raise UserError(f"--config.stream.max_wait_s={s.max_wait_s}: must be >= 0 (0 = wait forever)")
     check_checkpoint_fields(config)

@@ -23,6 +23,7 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 from jax.sharding import Mesh
@@ -33,9 +34,12 @@ from reterm_jax.train.state import TrainState, replicated
 from reterm_jax.train.step import accumulate, row_sharding
 from reterm_jax.train.step import put_batch as put_rows
 
-BATCH_KEYS = ("tokens", "positions", "segment_ids", "targets", "loss_mask", "old_logprobs", "advantages", "weights")
+BATCH_KEYS = ("tokens", "positions", "segment_ids", "targets", "loss_mask", "old_logprobs", "advantages", "weights",
+              "staleness")
 # metric sums ppo_loss_sums returns (over masked tokens), divided by the token count after the scan
-STAT_KEYS = ("clipped", "clipped_low", "clipped_high", "kl", "ratio", "log_ratio_abs")
+# (the *_fresh sum by the fresh-token count)
+STAT_KEYS = ("clipped", "clipped_low", "clipped_high", "kl", "ratio", "log_ratio_abs", "dual_clipped", "tis_clipped",
+             "log_ratio_abs_fresh", "fresh_tokens")
 
 
 def check_sampling(temperature: float, top_k: int = 0, top_p: float = 1.0) -> None:
@@ -68,7 +72,8 @@ def grpo_loss_sums(graphdef, params, mb: dict, ref_params, *, sampling: Sampling
     loss_sum, count, stats = ppo_loss_sums(
         logp, mb["old_logprobs"], mb["advantages"], mask, clip_low=loss_cfg.clip_low, clip_high=loss_cfg.clip_high,
         log_ratio_clamp=loss_cfg.log_ratio_clamp, ref_logp=ref_logp, kl_coef=loss_cfg.kl_coef,
-        weights=mb["weights"])
+        weights=mb["weights"], dual_clip=float(loss_cfg.get("dual_clip", 0.0)),
+        tis_cap=float(loss_cfg.get("tis_cap", 0.0)), fresh=(mb["staleness"] == 0).astype(jnp.float32))
     sums = {k: jnp.asarray(stats[k], jnp.float32) for k in STAT_KEYS}
     sums["entropy"] = jax.lax.stop_gradient(jnp.sum(jnp.where(mask != 0, entropy, 0.0) * mask))
     return loss_sum, (count, sums)
@@ -79,6 +84,7 @@ def accumulate_grpo_gradients(graphdef, params, batch: dict, ref_params, *, micr
     """(grads of the token-mean objective, objective sum, token count, metric sums)."""
     def loss_fn(p, mb):
         return grpo_loss_sums(graphdef, p, mb, ref_params, sampling=sampling, loss_cfg=loss_cfg)
+    batch = with_defaults(batch)
     return accumulate(loss_fn, params, batch, micro_batches, mesh, keys=BATCH_KEYS, aux_keys=(*STAT_KEYS, "entropy"))
 
 
@@ -93,7 +99,13 @@ def grpo_metrics(loss_sum, count, sums: dict) -> dict:
         "clip_frac_high": sums["clipped_high"] / denom,
         "kl": sums["kl"] / denom,
         "entropy": sums["entropy"] / denom,
-        "logprob_diff": sums["log_ratio_abs"] / denom,  # sampler-vs-trainer mismatch
+        # sampler-vs-trainer mismatch on rows the current params sampled (staleness 0): numerics
+        # alone; logprob_diff_all includes what staler params changed
+        "logprob_diff": sums["log_ratio_abs_fresh"] / jnp.maximum(sums["fresh_tokens"], 1.0),
+        "logprob_diff_all": sums["log_ratio_abs"] / denom,
+        "fresh_frac": sums["fresh_tokens"] / denom,
+        "dual_clip_frac": sums["dual_clipped"] / denom,
+        "tis_clip_frac": sums["tis_clipped"] / denom,
         "ratio_mean": sums["ratio"] / denom,
     }
 
@@ -139,13 +151,13 @@ def make_grpo_step(graphdef, tx: optax.GradientTransformation, schedule: optax.S
     def run(state: TrainState, batch: dict, ref_params=None):
         if use_ref and ref_params is None:
             raise ValueError(f"loss.kl_coef={loss_cfg.kl_coef} > 0 needs the frozen reference params")
-        batch = {k: batch[k] for k in BATCH_KEYS}
+        batch = with_defaults(batch)
         fn = jitted(tuple(batch[k].ndim for k in BATCH_KEYS))
         return fn(state, batch, ref_params) if use_ref else fn(state, batch)
 
     def lower(state, batch: dict, ref_params=None):
         """jax's Lowered for these (abstract) arguments: AOT compile without running (reterm_jax.plan)."""
-        batch = {k: batch[k] for k in BATCH_KEYS}
+        batch = with_defaults(batch)
         fn = jitted(tuple(batch[k].ndim for k in BATCH_KEYS))
         return fn.lower(state, batch, ref_params) if use_ref else fn.lower(state, batch)
 
@@ -153,6 +165,18 @@ def make_grpo_step(graphdef, tx: optax.GradientTransformation, schedule: optax.S
     return run
 
 
+def with_defaults(batch: dict) -> dict:
+    """The step's keys; a batch without "staleness" (one built by hand) counts as all fresh."""
+    if "staleness" not in batch:
+        tokens = batch["tokens"]
+        zeros = jax.ShapeDtypeStruct(tokens.shape, jnp.int32, sharding=getattr(tokens, "sharding", None)) \
+            if isinstance(tokens, jax.ShapeDtypeStruct) else jnp.zeros(tokens.shape, jnp.int32)
+        batch = {**batch, "staleness": zeros}
+    return {k: batch[k] for k in BATCH_KEYS}
+
+
 def put_batch(batch: dict, mesh: Mesh) -> dict:
     """This process's numpy rows of the GRPO batch -> global arrays over the data-parallel axes."""
+    if "staleness" not in batch:
+        batch = {**batch, "staleness": np.zeros(np.shape(batch["tokens"]), np.int32)}
     return put_rows(batch, mesh, BATCH_KEYS)
