@@ -140,3 +140,33 @@ def test_model_policy_smoke_cli(docker_client, tmp_path):
     assert a["tokens"] > 0 and a["context_tokens"] > a["tokens"] and a["turns"] == 1
     assert a["reward"] == 0.0 and not a["resolved"] and a["verify_error"] is None
     assert res["summary"]["pass@1"]["score"] == 0.0
+
+
+def test_model_recovery_attempts_continue_the_exact_tokens(docker_client):
+    """Recovery@2 with the model: attempt 2 continues attempt 1's exact tokens + the retry turn
+    (as GRPO's recovery groups do), not a re-render of its messages (which would drop <think>)."""
+    import sys as _sys
+    _sys.path.insert(0, str(REPO / "configs"))
+    import eval as eval_config
+
+    from reterm_jax.evaluate import build_model_policy
+    from reterm_jax.rl.recovery import continuation_prompt
+    c = eval_config.get_config("tiny")
+    c.policy = "model"
+    c.limits.max_turns, c.limits.max_new_tokens_per_turn, c.limits.max_tokens = 1, 12, 3800
+    c.model.max_length = 4096
+    model = build_model_policy(c)
+    calls = []
+
+    def policy(task, sandbox, history, index, context=None):
+        res = model(task, sandbox, history, index, context=context)
+        calls.append((context, res))
+        return res
+
+    task = load_task(TASKS / "daily-report-append")
+    trial = evaluation.recovery_at_k(policy, task, k=2, sandbox_factory=DockerSandbox.from_task, verify_fn=verify)
+    assert len(trial.attempts) == 2 and len(calls) == 2
+    (ctx1, first), (ctx2, second) = calls
+    assert ctx1 is None and ctx2 == first.context
+    prompt = continuation_prompt(model.tokenizer, first.context)
+    assert second.context[:len(prompt)] == prompt and len(second.context) > len(prompt)

@@ -64,8 +64,11 @@ def _record(index: int, res: AttemptResult, v) -> AttemptRecord:
                          verify_error=v.error if v else None, error=res.error)
 
 
-def _attempt(policy: Policy, task, sandbox, history, index: int, verify_fn) -> tuple[AttemptResult, AttemptRecord]:
-    res = policy(task, sandbox, history, index)
+def _attempt(policy: Policy, task, sandbox, history, index: int, verify_fn,
+             context: list[int] | None = None) -> tuple[AttemptResult, AttemptRecord]:
+    # context: the previous attempt's exact tokens, for a policy that has them (the model)
+    res = policy(task, sandbox, history, index) if context is None else policy(task, sandbox, history, index,
+                                                                              context=context)
     # A sandbox that broke mid-attempt has no state worth verifying: reward 0, error kept.
     v = None if res.error else verify_fn(sandbox, task)
     return res, _record(index, res, v)
@@ -93,14 +96,15 @@ def recovery_at_k(policy: Policy, task, *, k: int, sandbox_factory, verify_fn, s
     """Keep the post-failure state and the failed history: one sandbox for all attempts; the
     verifier only ever sees clones, so attempt i+1 starts from attempt i's unverified state."""
     trial = Trial(task.name, "recovery@k", sample)
-    history = None
+    history, context = None, None
     with sandbox_factory(task) as sb:
         for i in range(k):
-            res, rec = _attempt(policy, task, sb, history, i, verify_fn)
+            res, rec = _attempt(policy, task, sb, history, i, verify_fn, context)
             trial.attempts.append(rec)
             if rec.resolved or res.error:  # a broken sandbox cannot be recovered from
                 break
-            history = res.messages
+            # the next attempt continues this one: its messages, and (model) its exact tokens
+            history, context = res.messages, getattr(res, "context", None)
     return trial
 
 

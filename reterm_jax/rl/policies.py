@@ -42,6 +42,8 @@ class AttemptResult:
     turns: int = 0
     time_s: float = 0.0
     error: str | None = None       # the attempt's own failure (sandbox broke, task unusable)
+    context: list[int] | None = None  # the model's exact token context at the attempt's end (model policy);
+    #                                   a Recovery@k continuation continues these, never a re-render
 
 
 # ---- solve.sh -> tool calls -------------------------------------------------------------------
@@ -160,19 +162,26 @@ class ModelPolicy:
         self._lock = threading.Lock()
         self._calls = 0
 
-    def __call__(self, task, sandbox, history, index: int) -> AttemptResult:
+    def __call__(self, task, sandbox, history, index: int, context: list[int] | None = None) -> AttemptResult:
+        """context: the previous attempt's exact tokens (AttemptResult.context). Given, the attempt
+        continues them + the retry turn tokenised alone, as a GRPO recovery group does; re-rendering
+        `history` instead would drop the earlier turns' <think> blocks and score a context the policy
+        never trained on."""
+        from reterm_jax.rl.recovery import continuation_prompt
         from reterm_jax.rl.rollout import run_episodes
         start = time.monotonic()
         # Honour the task's own agent timeout (the harness checks it between turns).
         limits = dataclasses.replace(self.limits, wall_clock_s=min(self.limits.wall_clock_s, task.agent_timeout_s))
         messages = initial_messages(task.instruction, history)
+        prompt = None if context is None else [continuation_prompt(self.tokenizer, context)]
         with self._lock:
             key = jax.random.fold_in(self.key, self._calls)
             self._calls += 1
             traj = run_episodes(self.sampler, self.tokenizer, [sandbox], [messages], task_ids=[task.name],
-                                limits=limits, params=self.params, key=key)[0]
+                                limits=limits, params=self.params, key=key, prompt_tokens=prompt)[0]
         return AttemptResult(traj.messages, traj.end_reason, tokens=traj.num_sampled, context_tokens=len(traj.tokens),
-                             turns=len(traj.turns), time_s=time.monotonic() - start, error=traj.error)
+                             turns=len(traj.turns), time_s=time.monotonic() - start, error=traj.error,
+                             context=list(traj.tokens))
 
 
 SCRIPTED = {"oracle": oracle, "fault_then_oracle": fault_then_oracle}

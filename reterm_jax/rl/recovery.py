@@ -73,6 +73,19 @@ class ProducerStats:
     skipped_too_long: int = 0
 
 
+def continuation_prompt(tokenizer, tokens: list[int]) -> list[int]:
+    """A failed attempt's exact tokens, cut after its last <|im_end|> (an attempt that ended
+    mid-turn, e.g. on its turn limit, loses that unfinished turn, as a failure-bank entry does),
+    + the retry user turn tokenised alone: the context a recovery attempt continues (GRPO groups
+    and Recovery@k evaluation alike)."""
+    im_end = special_ids(tokenizer).im_end
+    tokens = [int(t) for t in tokens]
+    ends = [i for i, t in enumerate(tokens) if t == im_end]
+    if not ends:
+        raise ValueError("the failed attempt's tokens hold no <|im_end|>: nothing to continue")
+    return tokens[:ends[-1] + 1] + _tokenize(tokenizer, harness.retry_turn_text())
+
+
 def rendered_failure_tokens(tokenizer, messages: list[dict]) -> list[int]:
     """The tokens of a scripted failed attempt (`messages`: system, user, its turns): the chat
     template's render of messages + the retry user turn (exactly the context SFT rows train
@@ -141,14 +154,13 @@ class RecoveryProducer:
     def recovery_prompt(self, entry) -> list[int]:
         """entry.tokens (cut after its last <|im_end|>, should it end elsewhere) + the retry turn."""
         tokens = [int(t) for t in entry.tokens]
-        if not tokens or tokens[-1] != self.im_end:
-            ends = [i for i, t in enumerate(tokens) if t == self.im_end]
-            if not ends:
-                raise ValueError(f"failure entry {entry.entry_id}: its tokens hold no <|im_end|>")
+        if tokens and tokens[-1] != self.im_end and self.im_end in tokens:
             log.warning("failure entry %s: tokens end after a non-<|im_end|> token; cut after the last <|im_end|>",
                         entry.entry_id)
-            tokens = tokens[:ends[-1] + 1]
-        return tokens + self.retry_tokens
+        try:
+            return continuation_prompt(self.tokenizer, tokens)
+        except ValueError:
+            raise ValueError(f"failure entry {entry.entry_id}: its tokens hold no <|im_end|>") from None
 
     # ---- collection: fresh attempts fill the bank -------------------------------------------------
     def collect(self, sampler: Sampler, version: int, key: jax.Array) -> int:
