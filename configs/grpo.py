@@ -78,6 +78,10 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     # bank runs short or with rollout.explore). The tiny model's own attempts are not meaningful
     # failures of a terminal task, so the tiny preset seeds from the scripted faults.
     c.bank.failures_from = "fault_commands"
+    # next() visits entries whose recovery groups split (0 < pass rate < 1) first in each epoch, then
+    # untried ones, then those that always fail or pass
+    c.bank.retire_after = 3         # retire an entry after this many all-pass groups in a row (0 = never)
+    c.bank.max_version_lag = 0      # failures_from=policy: retire entries this many versions old (0 = never)
 
     c.stream = ml_collections.ConfigDict()
     c.stream.groups_per_step = 1    # groups with signal per optimizer step (rows = groups x G)
@@ -149,6 +153,7 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
         c.bank.max_bytes = 200 * 2**30
         c.bank.min_failures = 32
         c.bank.failures_from = "policy"  # the agent's own failure states
+        c.bank.max_version_lag = 100     # ... of a recent policy: older ones are retired and refilled
         c.stream.groups_per_step = 16   # 16 groups x 8 = 128 trajectories per step
         c.stream.queue_size = 8
         c.stream.signal = "resolved"

@@ -288,3 +288,31 @@ def test_prune_policy_is_oldest_first_and_skips_held_entries():
     # Everything held: limits cannot be met, nothing is chosen.
     assert prune_victims(entries, held={f"e{i}" for i in range(5)},
                          **{**policy, "max_entries": 0, "now": 10**6}) == []
+
+
+@needs_docker
+def test_entries_that_split_come_first_solved_ones_retire_and_old_ones_age_out(
+        bank_dirs, failed_sandbox, greeting, docker_client):
+    """record(): an entry whose groups split (0 < pass rate < 1) leads the next epoch, untried
+    ones follow, always-failing ones come last; an entry whose last retire_after groups all passed
+    is removed (image too); retire_older_than drops entries of older policies. The outcomes
+    survive a reopen."""
+    bank = bank_dirs(seed=1)
+    ids = [_add(bank, failed_sandbox, greeting, i).entry_id for i in range(4)]  # policy versions 0..3
+    for _ in range(4):  # finish the first epoch (no outcomes yet)
+        bank.next()
+    split, fails, solved, untried = ids[2], ids[0], ids[1], ids[3]
+    assert not bank.record(split, [True, False, False])
+    assert not bank.record(fails, [False, False, False])
+    assert not bank.record(solved, [True, True]) and not bank.record(solved, [True, True, True])
+    assert bank.outcomes(split) == {"groups": 1, "attempts": 3, "passes": 1, "all_pass_streak": 0}
+    assert bank.outcomes(solved)["all_pass_streak"] == 2
+    bank.close()
+    bank = bank_dirs(seed=1)  # reopened: the outcomes are in the index
+    assert bank.outcomes(split)["passes"] == 1
+    order = [bank.next().entry_id for _ in range(4)]
+    assert order[0] == split and order[1] == untried and set(order[2:]) == {fails, solved}
+    image = bank.get(solved).image
+    assert bank.record(solved, [True], retire_after=3) and solved not in bank.entry_ids()
+    assert not _image_exists(docker_client, image) and bank.retired == 1
+    assert bank.retire_older_than(2) == [fails] and sorted(bank.entry_ids()) == sorted([split, untried])

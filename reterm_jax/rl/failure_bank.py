@@ -140,6 +140,10 @@ class FailureBank:
         self._tasks: dict[str, Task] = {}
         self._leftover_images: set[str] = set()  # deletions Docker refused; retried on prune
         self._cursor = {"epoch": 0, "pos": 0, "order": []}
+        # entry_id -> {"groups", "attempts", "passes", "all_pass_streak"}: what recovery groups from
+        # the entry scored (record()); drives next()'s preference and retirement
+        self._outcomes: dict[str, dict] = {}
+        self.retired = 0
         self._closed = False
         if self.directory.exists() and not self.directory.is_dir():
             raise FailureBankError(f"failure bank {self.directory} is not a directory; "
@@ -215,6 +219,7 @@ class FailureBank:
                 self._index[e["entry_id"]] = e
         self._cursor = {"epoch": int(cursor["epoch"]), "pos": int(cursor["pos"]),
                         "order": list(cursor["order"])}
+        self._outcomes = {k: dict(v) for k, v in (data.get("outcomes") or {}).items() if k in self._index}
         for p in (self.directory / "entries").glob("*.json"):  # crash between payload and index
             if p.stem not in self._index:
                 p.unlink(missing_ok=True)
@@ -236,7 +241,8 @@ class FailureBank:
         with self._lock:
             data = {"format": FORMAT, "version": VERSION, "bank_id": self.bank_id,
                     "seed": self.seed, "cursor": self._cursor,
-                    "entries": sorted(self._index.values(), key=lambda e: e["created"])}
+                    "entries": sorted(self._index.values(), key=lambda e: e["created"]),
+                    "outcomes": {k: v for k, v in self._outcomes.items() if k in self._index}}
             _atomic_write_json(self.index_path, data)
 
     # ---- adding -------------------------------------------------------------------------------
@@ -330,10 +336,66 @@ class FailureBank:
                     return None
                 rng = np.random.default_rng([self.seed, cur["epoch"]])
                 ids = sorted(self._index)
-                cur["order"] = [ids[i] for i in rng.permutation(len(ids))]
+                # a stable sort of the shuffled ids: entries whose groups split (0 < pass rate < 1:
+                # they carry signal) first, then untried ones, then those that always fail or pass
+                cur["order"] = sorted((ids[i] for i in rng.permutation(len(ids))), key=self._priority)
                 cur["epoch"] += 1
                 cur["pos"] = 0
             raise AssertionError("unreachable: a fresh epoch holds only present entries")
+
+    def _priority(self, entry_id: str) -> int:
+        o = self._outcomes.get(entry_id)
+        if not o or not o["attempts"]:
+            return 1
+        return 0 if 0 < o["passes"] < o["attempts"] else 2
+
+    def outcomes(self, entry_id: str) -> dict:
+        """What the recovery groups from `entry_id` scored so far (zeros when untried)."""
+        with self._lock:
+            return dict(self._outcomes.get(entry_id) or {"groups": 0, "attempts": 0, "passes": 0,
+                                                         "all_pass_streak": 0})
+
+    def record(self, entry_id: str, resolved: list[bool], *, retire_after: int = 0) -> bool:
+        """A recovery group from `entry_id` ended with these (valid members') outcomes. With
+        retire_after > 0, an entry whose last retire_after groups all passed is removed: the
+        policy has learnt to recover from it, and it only costs sandboxes. True when retired."""
+        self._check_open()
+        with self._lock:
+            if entry_id not in self._index or not resolved:
+                return False
+            o = self._outcomes.setdefault(entry_id, {"groups": 0, "attempts": 0, "passes": 0, "all_pass_streak": 0})
+            o["groups"] += 1
+            o["attempts"] += len(resolved)
+            o["passes"] += int(sum(bool(r) for r in resolved))
+            o["all_pass_streak"] = o["all_pass_streak"] + 1 if all(resolved) else 0
+            self._write_index()
+            if not (retire_after and o["all_pass_streak"] >= retire_after):
+                return False
+        return bool(self._remove_entries([entry_id], why=f"its last {retire_after} groups all passed"))
+
+    def retire_older_than(self, policy_version: int) -> list[str]:
+        """Remove the entries collected by a policy older than `policy_version` (never pinned ones):
+        failure states of a policy that no longer exists. Returns the removed ids."""
+        self._check_open()
+        with self._lock:
+            old = [i for i, e in self._index.items() if int(e["policy_version"]) < policy_version]
+        return self._remove_entries(old, why=f"collected by a policy older than version {policy_version}")
+
+    def _remove_entries(self, ids: list[str], *, why: str) -> list[str]:
+        with self._lock:
+            victims = [self._index[i] for i in ids if i in self._index and i not in self._pins]
+            for e in victims:
+                del self._index[e["entry_id"]]
+                self._outcomes.pop(e["entry_id"], None)
+            if victims:
+                self._write_index()
+            for e in victims:
+                self._payload_path(e["entry_id"]).unlink(missing_ok=True)
+            self.retired += len(victims)
+        for e in victims:
+            log.info("failure bank %s: retired entry %s (%s): %s", self.directory, e["entry_id"], e["task_name"], why)
+            self._remove_image(e["image"], image_id=e["image_id"])
+        return [e["entry_id"] for e in victims]
 
     def state(self) -> dict:
         """The next() cursor (JSON-serialisable), for exact resume with set_state."""
@@ -417,6 +479,7 @@ class FailureBank:
             victims = [self._index[i] for i in ids]
             for e in victims:
                 del self._index[e["entry_id"]]
+                self._outcomes.pop(e["entry_id"], None)
             if victims:
                 self._write_index()
             for e in victims:

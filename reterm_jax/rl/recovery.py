@@ -53,6 +53,9 @@ class RecoveryConfig:
     mask_end_reasons: tuple[str, ...] = (harness.SANDBOX_ERROR, harness.WALL_CLOCK)
     seed: int = 0
     failures_from: str = "policy"            # one of SEEDS: see the module docstring
+    retire_after: int = 0                    # > 0: retire an entry after this many all-pass groups in a row
+    max_version_lag: int = 0                 # > 0 (failures_from="policy"): retire entries collected more than
+    #                                          this many policy versions ago; fresh failures refill the bank
 
     def __post_init__(self):
         if self.failures_from not in SEEDS:
@@ -272,6 +275,8 @@ class RecoveryProducer:
         sampler = sampler_with(self.sampler, params)
         collect_key, explore_key, run_key = jax.random.split(key, 3)
         explore = self.cfg.explore > 0 and float(jax.random.uniform(explore_key)) < self.cfg.explore
+        if self.cfg.max_version_lag and self.cfg.failures_from == "policy":
+            self.bank.retire_older_than(int(version) - self.cfg.max_version_lag)
         if len(self.bank) < self.cfg.min_failures or explore:
             self.collect(sampler, version, collect_key)
         entry = self.bank.next()
@@ -341,6 +346,8 @@ class RecoveryProducer:
         self.stats.groups += 1
         self.stats.sandbox_errors += lost
         self.stats.verifier_failures += verifier_failures
+        # what the entry's group scored: the bank prefers entries that split, retires solved ones
+        self.bank.record(entry.entry_id, [r for r, v in zip(resolved, valid) if v], retire_after=self.cfg.retire_after)
         return Group(_new_id("group"), task.name, entry.entry_id, int(version), trajs, valid, rewards, resolved,
                      rollout_s=time.monotonic() - start, sandbox_errors=int(errors + lost),
                      verifier_failures=verifier_failures)

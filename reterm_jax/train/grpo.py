@@ -119,6 +119,9 @@ def check_config(config, n_data_parallel: int | None = None) -> None:
         raise UserError(f"--config.loss.dual_clip={dual}: must be > 1 (e.g. 3), or 0 for off")
     if tis < 0:
         raise UserError(f"--config.loss.tis_cap={tis}: must be > 0 (e.g. 2), or 0 for off")
+    for name in ("retire_after", "max_version_lag"):
+        if config.bank.get(name, 0) < 0:
+            raise UserError(f"--config.bank.{name}={config.bank[name]}: must be >= 0 (0 = off)")
     if s.get("max_wait_s", 0.0) < 0:
         raise UserError(f"--config.stream.max_wait_s={s.max_wait_s}: must be >= 0 (0 = wait forever)")
     check_checkpoint_fields(config)
@@ -304,7 +307,9 @@ def make_producers(config, workdir, sampler, tokenizer, n: int):
         cfg = RecoveryConfig(group_size=r.group_size, limits=limits, sampling=sampling, threshold=env.threshold,
                              min_failures=config.bank.min_failures, explore=r.explore,
                              collect_batch=r.collect_batch, seed=rollout_seed(config.seed, 0) + i,
-                             failures_from=config.bank.failures_from)
+                             failures_from=config.bank.failures_from,
+                             retire_after=int(config.bank.get("retire_after", 0)),
+                             max_version_lag=int(config.bank.get("max_version_lag", 0)))
         j = (first + i) % len(tasks)
         producers.append(RecoveryProducer(bank, tasks[j:] + tasks[:j], sampler, tokenizer, cfg))
     if config.bank.failures_from == "fault_commands":
