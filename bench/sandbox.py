@@ -60,7 +60,10 @@ def main() -> None:
     ap.add_argument("--execs", type=int, default=200)
     ap.add_argument("--concurrent", type=int, default=16)
     ap.add_argument("--commands", type=int, default=20)
+    ap.add_argument("--runtime", default="runc", help="runc or runsc (gVisor; launch/register_runsc.sh)")
     args = ap.parse_args()
+    from reterm_jax.sandbox.sandbox import use_runtime
+    use_runtime(args.runtime)
     task = load_task(args.task)
     image = ensure_task_image(task)
     limits = Limits.from_task(task)
@@ -142,8 +145,8 @@ def main() -> None:
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     print(f"Sandbox benchmark, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
           f"{os.cpu_count()} cores, {mem:.0f} GiB, {platform.machine()}, Docker "
-          f"{info.get('ServerVersion')} ({info.get('Driver')}), task {task.name}; "
-          f"`python bench/sandbox.py`\n")
+          f"{info.get('ServerVersion')} ({info.get('Driver')}), runtime {args.runtime}, task {task.name}; "
+          f"`python bench/sandbox.py --runtime={args.runtime}`\n")
     print("| measurement | result | target |\n|---|---|---|")
     for name, value, target in rows:
         print(f"| {name} | {value} | {target} |")

@@ -23,6 +23,7 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c.seed = 0
     c.policy = "oracle"             # model | oracle | fault_then_oracle
     c.jobs = 2                      # trials running at once (each holds one sandbox, plus a verifier clone)
+    c.sandbox = ml_collections.ConfigDict(dict(runtime="runc"))  # runc | runsc (gVisor; docs/sandbox.md)
 
     c.protocol = ml_collections.ConfigDict()
     c.protocol.names = "pass@1,retry@k,recovery@k"  # comma-separated subset

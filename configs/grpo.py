@@ -132,6 +132,10 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
 
     c.checkpoint = ml_collections.ConfigDict(dict(every=5, keep=2, async_save=True))
     c.mesh = ml_collections.ConfigDict(dict(data=1, fsdp=-1, tensor=1))
+    # runc (Docker's default) | runsc: gVisor, a user-space kernel between the agent and the host, for
+    # untrusted agents; ~20x the exec latency (docs/performance.md). `RETERM_RUNSC=1 bash
+    # launch/setup.sh` installs and registers it.
+    c.sandbox = ml_collections.ConfigDict(dict(runtime="runc"))
 
     if preset == "qwen3_5_9b":
         c.model.dtype = "bfloat16"  # bf16 compute, fp32 master weights and Adam moments

@@ -36,6 +36,8 @@ def run(*args, timeout=120):
      "error: --config.model.hf_path=/nonexistent: no such directory"),
     (("reterm_jax.evaluate", "--tasks=tasks", "--config.jobs=0"), "error: --config.jobs=0: must be >= 1"),
     (("reterm_jax.plan", "--config=configs/sft.py", "--preset=bogus"), "error: --preset=bogus: choose one of"),
+    (("reterm_jax.evaluate", "--tasks=tasks", "--config.sandbox.runtime=kata"),
+     "error: --config.sandbox.runtime=kata: sandbox runtime 'kata': use one of runc, runsc"),
     (("reterm_jax.data", "--data=reterm_jax/assets/demo/reterm_demo.jsonl", "--seq_len=0"),
      "error: --seq_len=0: must be >= 2"),
 ])

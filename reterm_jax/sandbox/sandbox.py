@@ -55,6 +55,9 @@ class Limits:
     pids: int = 1024
     allow_internet: bool = False
     storage_mb: int = 0  # writable-layer limit, enforced by a watchdog (0: none); see DockerSandbox.exec
+    # OCI runtime: "" = the engine's default (runc), "runsc" = gVisor (docs/sandbox.md). Default:
+    # $RETERM_SANDBOX_RUNTIME, which `use_runtime` sets from the config's sandbox.runtime.
+    runtime: str = dataclasses.field(default_factory=lambda: default_runtime())
 
     @classmethod
     def from_task(cls, task: Task, pids: int = 1024) -> "Limits":
@@ -62,6 +65,70 @@ class Limits:
                    allow_internet=task.allow_internet, storage_mb=task.storage_mb)
 
 
+RUNTIME_VAR = "RETERM_SANDBOX_RUNTIME"
+BASE_IMAGE = os.environ.get("RETERM_BASE_IMAGE", "reterm/base:bookworm")  # the probe's image
+RUNTIMES = ("runc", "runsc")
+
+
+def default_runtime() -> str:
+    """$RETERM_SANDBOX_RUNTIME, "" for the engine's default (unset or "runc")."""
+    value = os.environ.get(RUNTIME_VAR, "").strip()
+    return "" if value in ("", "runc") else value
+
+
+def use_runtime(name: str) -> None:
+    """Start this process's sandboxes (and its subprocesses') under `name`: "runc" (the engine's
+    default) or "runsc" (gVisor). Raises SandboxError with the fix when the engine does not know it."""
+    name = (name or "runc").strip()
+    if name not in RUNTIMES:
+        raise SandboxError(f"sandbox runtime {name!r}: use one of {', '.join(RUNTIMES)}")
+    if name != "runc":
+        known = get_client().info().get("Runtimes") or {}
+        if name not in known:
+            raise SandboxError(f"sandbox runtime {name!r} is not registered with the Docker engine (it knows "
+                               f"{', '.join(sorted(known)) or 'none'}); register gVisor with "
+                               "`RETERM_RUNSC=1 bash launch/setup.sh`")
+        problem = runtime_problem(name)
+        if problem:
+            raise SandboxError(problem)
+    os.environ[RUNTIME_VAR] = name
+
+
+_PROBE = "ls / >/dev/null && stat / >/dev/null && echo probe-ok"
+_probed: dict[tuple, str] = {}
+
+
+def runtime_problem(name: str, image: str = BASE_IMAGE) -> str:
+    """"" when a sandbox under `name` runs the basic tools an agent needs (`ls`, `stat`), else why
+    not (cached per engine and runtime). Debian bookworm's gVisor (runsc 0.0~20221219) fails
+    here: its statx rejects what bookworm's coreutils ask for, so every `ls` says "Invalid argument"."""
+    key = (current_endpoint(), name, image)
+    if key not in _probed:
+        client = get_client()
+        try:
+            out = client.containers.run(image, ["sh", "-c", _PROBE], runtime=name, network_mode="none",
+                                        remove=True, labels=labels.labels(labels.KIND_CONTAINER))
+            _probed[key] = "" if b"probe-ok" in out else f"sandbox runtime {name!r}: `{_PROBE}` printed {out[-200:]!r}"
+        except docker.errors.ContainerError as e:
+            said = (e.stderr or b"").decode(errors="replace").strip().splitlines()
+            _probed[key] = (f"sandbox runtime {name!r} cannot run basic tools here (`{_PROBE}`: "
+                            f"{said[-1] if said else f'exit {e.exit_status}'}); this gVisor is too old for the "
+                            "image's coreutils: install a newer runsc, or use runc")
+        except docker.errors.DockerException as e:
+            _probed[key] = f"sandbox runtime {name!r} cannot start a container here: {str(e)[-300:]}"
+    return _probed[key]
+
+
+def _tar_of(name: str, data: bytes) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode = len(data), 0o644
+        tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+_KEEP_TMP = _tar_of(".reterm-keep", b"keeps /tmp on the container's rootfs under gVisor (runsc)\n")
 DISK_POLL_S = 1.0  # how often a running command's writable layer is measured (storage_mb)
 _engine_cpus: dict[str | None, int] = {}  # per engine endpoint
 _live: set["DockerSandbox"] = set()
@@ -120,8 +187,15 @@ class DockerSandbox:
             privileged=False, pids_limit=limits.pids,
             mem_limit=f"{limits.memory_mb}m", memswap_limit=f"{limits.memory_mb}m",
             nano_cpus=int(min(limits.cpus, _cpu_count(client, self.endpoint)) * 1e9))
+        if limits.runtime:
+            kwargs["runtime"] = limits.runtime
         try:
             self._container = retry(lambda: self._create(client, kwargs), what="create")
+            if limits.runtime == "runsc":
+                # gVisor mounts its own in-sandbox tmpfs over an EMPTY /tmp, which `docker commit`
+                # never sees: snapshots and branches would lose /tmp (and the harness's saved cwd
+                # and environment there). A file in /tmp before the start keeps /tmp on the rootfs.
+                retry(lambda: client.api.put_archive(self.name, "/tmp", _KEEP_TMP), what="keep /tmp")
             retry(self._container.start, what="start")
             self.workdir = self._container.attrs["Config"].get("WorkingDir") or "/"
         except docker.errors.ImageNotFound as e:
