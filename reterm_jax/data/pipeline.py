@@ -18,7 +18,7 @@ import numpy as np
 from grain.experimental import FirstFitPackIterDataset
 
 from reterm_jax.data.chat import encode_example
-from reterm_jax.data.packing import OVERLONG_POLICIES, check_packed, fit_length, packing_efficiency, shift_targets
+from reterm_jax.data.packing import OVERLONG_POLICIES, check_packed, fit_length, shift_targets
 from reterm_jax.data.schema import RowError
 from reterm_jax.data.tokenizer import special_ids
 

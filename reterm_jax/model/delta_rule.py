@@ -13,7 +13,6 @@ linearly in T: 9.5 MB at T=1024, 75.6 MB at T=8192 for B=1, H=4, dk=dv=64, C=64 
 """
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from jax import lax
 
