@@ -23,10 +23,10 @@ DAMAGED_FILE = {"daily-report-append": "/app/reports/daily.csv",
                 "ini-config-retarget": "/app/deploy/config/app.ini"}
 
 
-def run_cli(*args, timeout=240):
+def run_cli(*args, timeout=240, returncode=0):
     r = subprocess.run([sys.executable, "-m", "reterm_jax.evaluate", *args], cwd=REPO, capture_output=True,
                        text=True, timeout=timeout, env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode == returncode, r.stdout[-3000:] + r.stderr[-3000:]
     return r
 
 
@@ -43,8 +43,10 @@ def test_oracle_pass_at_1_cli_and_malformed_task_row(docker_client, tmp_path):
     (tasks / "broken-task").mkdir()
     (tasks / "broken-task" / "task.toml").write_text("this is [not toml\n")
     out = tmp_path / "results.json"
+    # a task that could not be evaluated: the results are still written, and the exit code says so
     r = run_cli("--config=configs/eval.py", f"--tasks={tasks}", "--config.policy=oracle",
-                "--config.protocol.names=pass@1", "--config.jobs=2", f"--out={out}")
+                "--config.protocol.names=pass@1", "--config.jobs=2", f"--out={out}", returncode=1)
+    assert "error: 1 of 3 tasks could not be evaluated: broken-task" in r.stderr
     res = json.loads(out.read_text())
     assert res["policy"] == "oracle"
     pass1 = res["summary"]["pass@1"]

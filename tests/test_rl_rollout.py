@@ -96,9 +96,17 @@ def test_scripted_multi_turn_episodes_keep_the_prefix_invariant(scripted, tok, m
         assert a.context_len < a.sampled[0] + 1 and a.sampled[1] <= b.context_len
         assert traj.tokens[:a.sampled[1]] == traj.tokens[:b.context_len][:a.sampled[1]]
         assert a.observation == (a.sampled[1], b.context_len)
-    # The pieces equal the chat template's render of the recorded conversation, token for token.
-    full = tok(render_text(traj.messages, harness.TOOLS), add_special_tokens=False)["input_ids"]
+    # The pieces equal the render of the recorded conversation, token for token: the chat
+    # template's text, tokenised with content kept as text (the malformed call's error observation
+    # quotes the call format; its "<tool_call>" is text, not the special token: data/literal.py).
+    from reterm_jax.rl.rollout import _tokenize
+    full = _tokenize(tok, render_text(traj.messages, harness.TOOLS, keep_marks=True))
     assert traj.tokens == full[:-1]
+    text = render_text(traj.messages, harness.TOOLS)
+    assert tok.decode(traj.tokens, skip_special_tokens=False) == text[:-1]  # the template's text, minus its last "\n"
+    plain = tok(text, add_special_tokens=False)["input_ids"]
+    assert plain.count(tok.convert_tokens_to_ids("<tool_call>")) > traj.tokens.count(
+        tok.convert_tokens_to_ids("<tool_call>"))  # the quoted format would have become calls
     # The loss mask covers exactly the policy's tokens.
     mask = np.array(traj.loss_mask, bool)
     toks = np.array(traj.tokens)
