@@ -384,13 +384,7 @@ class FailureBank:
     def _remove_entries(self, ids: list[str], *, why: str) -> list[str]:
         with self._lock:
             victims = [self._index[i] for i in ids if i in self._index and i not in self._pins]
-            for e in victims:
-                del self._index[e["entry_id"]]
-                self._outcomes.pop(e["entry_id"], None)
-            if victims:
-                self._write_index()
-            for e in victims:
-                self._payload_path(e["entry_id"]).unlink(missing_ok=True)
+            self._forget(victims)
             self.retired += len(victims)
         for e in victims:
             log.info("failure bank %s: retired entry %s (%s): %s", self.directory, e["entry_id"], e["task_name"], why)
@@ -470,6 +464,17 @@ class FailureBank:
         self._check_open()
         return self._prune(now=now)
 
+    def _forget(self, victims: list[dict]) -> None:
+        """Drop these entries from the index, their outcomes and payload files (under the lock;
+        the caller removes their images)."""
+        for e in victims:
+            del self._index[e["entry_id"]]
+            self._outcomes.pop(e["entry_id"], None)
+        if victims:
+            self._write_index()
+        for e in victims:
+            self._payload_path(e["entry_id"]).unlink(missing_ok=True)
+
     def _prune(self, *, now: float | None = None, protect: set[str] = frozenset()) -> list[str]:
         now = time.time() if now is None else now
         with self._lock:
@@ -477,13 +482,7 @@ class FailureBank:
                                 now=now, max_age_s=self.max_age_s,
                                 max_entries=self.max_entries, max_bytes=self.max_bytes)
             victims = [self._index[i] for i in ids]
-            for e in victims:
-                del self._index[e["entry_id"]]
-                self._outcomes.pop(e["entry_id"], None)
-            if victims:
-                self._write_index()
-            for e in victims:
-                self._payload_path(e["entry_id"]).unlink(missing_ok=True)
+            self._forget(victims)
             retry_images, self._leftover_images = self._leftover_images, set()
         for e in victims:
             self._remove_image(e["image"], image_id=e["image_id"])
