@@ -164,13 +164,8 @@ def main(argv):
     check_config(config)
     workdir = _WORKDIR.value or os.path.join("runs", f"eval-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}")
     out = Path(_OUT.value or os.path.join(workdir, "results.json"))
-    from reterm_jax.sandbox import SandboxError
-    from reterm_jax.sandbox.sandbox import use_runtime
-    runtime = config.get("sandbox", {}).get("runtime", "runc")
-    try:
-        use_runtime(runtime)
-    except SandboxError as e:
-        raise UserError(f"--config.sandbox.runtime={runtime}: {e}") from None
+    from reterm_jax.sandbox.sandbox import use_config_runtime
+    use_config_runtime(config)
     policy = make_policy(config)
     logging.info("policy %s on %d task dirs, protocols %s", config.policy, len(dirs), config.protocol.names)
     trials = evaluate(config, dirs, policy)

@@ -94,6 +94,17 @@ def use_runtime(name: str) -> None:
     os.environ[RUNTIME_VAR] = name
 
 
+def use_config_runtime(config) -> None:
+    """use_runtime(config.sandbox.runtime) for a run's config (GRPO, evaluate); a refusal is the
+    user's one-line error naming the field."""
+    from reterm_jax.cli import UserError
+    runtime = config.get("sandbox", {}).get("runtime", "runc")
+    try:
+        use_runtime(runtime)
+    except SandboxError as e:
+        raise UserError(f"--config.sandbox.runtime={runtime}: {e}") from None
+
+
 _PROBE = "ls / >/dev/null && stat / >/dev/null && echo probe-ok"
 _probed: dict[tuple, str] = {}
 

@@ -278,17 +278,6 @@ def initial_params(config, workdir, model_config, mesh, abs_params, param_shardi
 
 
 # ---- the rollout side ---------------------------------------------------------------------------------
-def use_sandbox_runtime(config) -> None:
-    """The config's sandbox.runtime for every sandbox this run starts (checked with the engine)."""
-    from reterm_jax.sandbox import SandboxError
-    from reterm_jax.sandbox.sandbox import use_runtime
-    runtime = config.get("sandbox", {}).get("runtime", "runc")
-    try:
-        use_runtime(runtime)
-    except SandboxError as e:
-        raise UserError(f"--config.sandbox.runtime={runtime}: {e}") from None
-
-
 def make_producers(config, workdir, sampler, tokenizer, n: int):
     """(producers, failure bank or None): n producers (one per worker thread) of one kind."""
     from reterm_jax.rl.workers import SyntheticProducer, match_fraction
@@ -302,7 +291,8 @@ def make_producers(config, workdir, sampler, tokenizer, n: int):
     from reterm_jax.rl.failure_bank import FailureBank
     from reterm_jax.rl.recovery import RecoveryConfig, RecoveryProducer
     from reterm_jax.sandbox import load_task
-    use_sandbox_runtime(config)
+    from reterm_jax.sandbox.sandbox import use_config_runtime
+    use_config_runtime(config)
     dirs = sorted(d for d in glob.glob(env.tasks) if os.path.isdir(d) and not os.path.basename(d).startswith("."))
     if env.max_tasks:
         dirs = dirs[:env.max_tasks]
