@@ -139,7 +139,7 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
 
     if preset == "qwen3_5_9b":
         c.model.dtype = "bfloat16"  # bf16 compute, fp32 master weights and Adam moments
-        c.model.remat = "full"
+        c.model.remat = "block"     # one saved input per 4-layer block: 256k-token rows fit (docs/plan.md)
         c.env.tasks = ""            # required: --config.env.tasks='/data/tasks/*'
         c.rollout.group_size = 8    # G = 8 recovery attempts per failure state
         c.rollout.temperature = 1.0

@@ -26,13 +26,16 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c.model.hf_path = ""            # HF checkpoint dir; empty: random init from `preset` (tiny only)
     c.model.dtype = "float32"       # compute dtype of activations / matmuls
     c.model.param_dtype = "float32"  # master weights; optimizer moments follow (see optim.mu_dtype)
-    c.model.remat = "none"          # none | full (recompute each layer) | dots (save matmul outputs)
+    c.model.remat = "none"          # none | full (recompute each layer) | block (scanned: keep one input per
+    #                                 block of layers, recompute it) | dots (save matmul outputs)
     c.model.scan_layers = False     # lax.scan over repeating blocks of layers (the 9B: 8 x [3 DeltaNet +
     #                                 1 attention]): bounded compile time; params keep per-layer names
     c.model.attention_impl = "auto"  # auto | flash (tiles, memory linear in T) | reference (scores per
     #                                 128-query block against all earlier keys); auto = flash
     c.model.logits_chunk = 1024     # the losses run the LM head this many positions at a time: [B, T, V]
     #                                 logits never exist in a train step (0 = one chunk, full logits)
+    c.model.delta_group_tokens = 1024  # the DeltaNet's delta rule runs over groups of this many tokens,
+    #                                 one group's chunk matrices alive at a time (0 = the whole row)
     # Tiny preset: one DeltaNet + one attention layer (the 9B's two mixers; DeltaNet dominates CPU
     # step time), sized to overfit the demo data within a few hundred CPU steps.
     # vocab 1060 = the bundled tiny tokenizer.

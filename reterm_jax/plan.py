@@ -30,7 +30,9 @@ from reterm_jax.model.config import FULL_ATTENTION, Qwen3_5Config
 from reterm_jax.model.hf_io import abstract_model
 from reterm_jax.parallel.mesh import MESH_AXES, resolve_mesh_shape
 from reterm_jax.parallel.presets import apply_preset
-from reterm_jax.parallel.rules import logical_to_spec, variable_axes
+from reterm_jax.model.delta_rule import GROUP_TOKENS
+from reterm_jax.model.scan import block_period
+from reterm_jax.parallel.rules import LOGICAL_RULES, logical_to_spec, variable_axes
 
 HBM = {"h200": 141e9, "h100": 80e9, "tpu_v5p": 95e9, "tpu_v5e": 16e9, "tpu_v6e": 32e9, "tpu_v4": 32e9}
 GB = 1e9
@@ -128,7 +130,8 @@ def estimate(cfg, n_devices: int, *, rollout_batch: int = 0, rollout_len: int = 
     seq = cfg.data.seq_len
     act = activation_bytes(config, rows, seq, dtype.itemsize, tp, cfg.model.remat,
                            attention_impl=cfg.model.get("attention_impl", "auto"),
-                           logits_chunk=int(cfg.model.get("logits_chunk", 0)))
+                           logits_chunk=int(cfg.model.get("logits_chunk", 0)),
+                           delta_group_tokens=int(cfg.model.get("delta_group_tokens", GROUP_TOKENS)))
     batch_bytes = rows * cfg.train.micro_batches * seq * (4 * 4 + 1)  # 4 int32 arrays + bool mask
 
     out = dict(params=param_bytes, optimizer=opt_bytes, gradients=grad_bytes, scan_copy=scan_copy, **act,
@@ -165,8 +168,10 @@ def advice(cfg, n_devices: int, hbm: float, *, rollout_batch: int, rollout_len: 
     from reterm_jax.parallel.presets import PRESETS
     grpo = cfg.get("mode") == "grpo"
     tries = []
-    if cfg.model.remat != "full":
+    if cfg.model.remat not in ("full", "block"):
         tries.append(("--config.model.remat=full", lambda c: c.model.update(dict(remat="full"))))
+    if cfg.model.remat == "full" and scan_layers:
+        tries.append(("--config.model.remat=block", lambda c: c.model.update(dict(remat="block"))))
     for k in (2, 4, 8):
         m = cfg.train.micro_batches * k
         if cfg.train.batch_size % m == 0:
@@ -213,13 +218,15 @@ def _split(n: int, tp: int) -> float:
 
 
 def activation_bytes(config: Qwen3_5Config, rows: int, seq: int, c: int, tp: int, remat: str, *,
-                     attention_impl: str = "reference", logits_chunk: int = 0) -> dict:
+                     attention_impl: str = "reference", logits_chunk: int = 0,
+                     delta_group_tokens: int = GROUP_TOKENS) -> dict:
     """Activation bytes of one device's micro-batch rows (estimate; docs/plan.md):
     saved  : what the forward keeps for the backward (remat full: each layer's input),
     working: one layer's internals while its backward runs, plus their gradients,
     logits : fp32 logits, their softmax and their gradient (3 x rows x positions x vocab/tp x 4),
              positions = seq, or `logits_chunk` when the losses run the head in chunks."""
     f, h = 4, config.hidden_size
+    group = min(seq, delta_group_tokens) if delta_group_tokens > 0 else seq  # model/delta_rule.py
     i = _split(config.intermediate_size, tp)
     cq = _split(config.linear_conv_dim, tp)            # DeltaNet q|k|v channels
     vd = _split(config.linear_value_dim, tp)
@@ -229,8 +236,7 @@ def activation_bytes(config: Qwen3_5Config, rows: int, seq: int, c: int, tp: int
     kvd = _split(config.num_key_value_heads, tp) * config.head_dim
     common = 2 * h * (f + c) + 2 * h * c + 4 * i * c     # two norms, residuals, MLP gate/up/act
     delta = (cq * (2 * c + 2 * f) + vd * (3 * f + 2 * c)  # qkv, conv (fp32), silu, fp32 q/k/v, z, norm
-             + hv * 64 * 4 * f                             # chunk-local [64, 64] WY matrices
-             + hv * config.linear_key_head_dim * config.linear_value_head_dim * f / 64)  # chunk states
+             + hv * config.linear_key_head_dim * config.linear_value_head_dim * f / group)  # group states
     attn = 3 * qd * c + 2 * kvd * c + (qd + kvd) * (f + c)  # q|gate, k, v, norms+rope, output
     if attention_impl == "reference":
         scores = nq * (seq + 128) / 2 * (2 * f + c)        # per query token: scores, probs, weights
@@ -238,13 +244,19 @@ def activation_bytes(config: Qwen3_5Config, rows: int, seq: int, c: int, tp: int
         scores = nq * 2 * f
     per_token = {t: common + (attn + scores if t == FULL_ATTENTION else delta) for t in set(config.layer_types)}
     tokens = rows * seq
-    layer_in = tokens * h * c
+    # sequence parallelism: the hidden states between layers are split over tensor (rules table)
+    sp = tp if seq % tp == 0 and LOGICAL_RULES["activation_length"] == "tensor" else 1
+    layer_in = tokens * h * c / sp
+    working = 2 * tokens * max(per_token.values())
+    # the delta rule's chunk-local [64, 64] WY matrices exist for one group of tokens at a time
+    working += 2 * rows * group * hv * 64 * 4 * f
     if remat == "full":
         saved = config.num_hidden_layers * layer_in
-        working = 2 * tokens * max(per_token.values())
+    elif remat == "block":  # one input per block, plus one block's layer inputs while it is recomputed
+        period = block_period(config.layer_types)
+        saved = (config.num_hidden_layers // period + period) * layer_in
     else:  # none (everything kept); "dots" keeps the matmul outputs, counted as all (upper bound)
         saved = tokens * sum(per_token[t] for t in config.layer_types)
-        working = 2 * tokens * max(per_token.values())
     if attention_impl != "reference":  # one [bq, bk] tile's scores, probs and grads, forward or backward
         from reterm_jax.model.flash_attention import BLOCK_K, BLOCK_Q
         working += 2 * rows * nq * min(seq, BLOCK_Q) * min(seq, BLOCK_K) * (3 * f + c)
@@ -272,6 +284,7 @@ def aot_compile(cfg, scan_layers: bool = True) -> dict:
     """Lower + compile the real train step for the current devices (run under fake CPU devices,
     see compile_in_subprocess); memory_analysis() numbers and timings."""
     from reterm_jax.model.attention import set_attention_impl
+    from reterm_jax.model.deltanet import set_delta_group_tokens
     from reterm_jax.parallel.mesh import make_mesh
     from reterm_jax.parallel.rules import state_shardings
     from reterm_jax.train.state import abstract_train_state, batch_sharding, remat_policy, train_state_shardings
@@ -284,6 +297,7 @@ def aot_compile(cfg, scan_layers: bool = True) -> dict:
     abstract.model.scan_layers = scan_layers
     abstract.logits_chunk = int(cfg.model.get("logits_chunk", abstract.logits_chunk))
     set_attention_impl(abstract, cfg.model.get("attention_impl", "auto"))
+    set_delta_group_tokens(abstract, cfg.model.get("delta_group_tokens", GROUP_TOKENS))
     graphdef, abs_state = nnx.split(abstract, nnx.Param)
     param_sh = nnx.to_pure_dict(state_shardings(abs_state, mesh))
     abs_params = nnx.to_pure_dict(abs_state)

@@ -12,6 +12,9 @@ ATOL = 1e-5
 # Jitted once per shape: eager dispatch compiles every small op separately and is slower here.
 delta_rule_chunked = jax.jit(delta_rule.delta_rule_chunked, static_argnames="chunk_size")
 delta_rule_recurrent = jax.jit(delta_rule.delta_rule_recurrent)
+# Groups of 32 tokens (two 16-token chunks): every sequence below spans several groups, some
+# with a partial last group.
+delta_rule_grouped = jax.jit(delta_rule.delta_rule_grouped, static_argnames=("chunk_size", "group_tokens"))
 
 
 def _l2norm(x):  # same formula (and eps) as HF/FLA's l2norm
@@ -67,6 +70,8 @@ def test_matches_numpy_reference(seq_len, variant):
         results[f"chunked{chunk_size}"] = delta_rule_chunked(
             q, k, v, g, beta, reset=reset, initial_state=state, chunk_size=chunk_size
         )
+    results["grouped"] = delta_rule_grouped(q, k, v, g, beta, reset=reset, initial_state=state,
+                                            chunk_size=16, group_tokens=32)
     for name, (o, s) in results.items():
         assert o.dtype == jnp.float32 and s.dtype == jnp.float32, name
         assert o.shape == v.shape and s.shape == s0.shape, name
@@ -104,12 +109,13 @@ def test_matches_transformers():
 SEGMENTS = [[10, 54, 70, 26], [33, 1, 39, 87]]
 
 
-@pytest.mark.parametrize("fn", ["recurrent", "chunked64", "chunked16"])
+@pytest.mark.parametrize("fn", ["recurrent", "chunked64", "chunked16", "grouped"])
 def test_reset_equals_separate_sequences(fn):
     run = {
         "recurrent": delta_rule_recurrent,
         "chunked64": lambda *a, **kw: delta_rule_chunked(*a, chunk_size=64, **kw),
         "chunked16": lambda *a, **kw: delta_rule_chunked(*a, chunk_size=16, **kw),
+        "grouped": lambda *a, **kw: delta_rule_grouped(*a, chunk_size=16, group_tokens=32, **kw),
     }[fn]
     seq_len = sum(SEGMENTS[0])
     (q, k, v, g, beta), s0 = make_inputs(11, 2, seq_len, 2)
@@ -195,9 +201,25 @@ def test_gradients_finite_and_equal():
 
     chunked = grads(lambda *a, **kw: delta_rule_chunked(*a, chunk_size=16, **kw))
     recurrent = grads(delta_rule_recurrent)
+    grouped = grads(lambda *a, **kw: delta_rule_grouped(*a, chunk_size=16, group_tokens=32, **kw))
     names = ["q", "k", "v", "g", "beta", "initial_state"]
-    for name, gc, gr in zip(names, chunked, recurrent):
+    for name, gc, gr, gg in zip(names, chunked, recurrent, grouped):
         assert np.all(np.isfinite(gc)) and np.all(np.isfinite(gr)), name
         np.testing.assert_allclose(gc, gr, atol=1e-4, rtol=1e-4, err_msg=name)
+        np.testing.assert_allclose(gg, gc, atol=1e-6, rtol=1e-6, err_msg=f"grouped {name}")
     assert np.abs(chunked[5][1]).max() == 0.0  # row 1 resets at t=0: s0 has no influence
     assert np.abs(chunked[5][0]).max() > 0.0
+
+
+def test_grouped_is_the_chunked_form_in_groups():
+    """Groups that split chunks' grid exactly: same values as one chunked pass (fp32 rounding only),
+    for T below, at, and above a group, a partial last group and resets on group boundaries."""
+    for seq_len in (31, 32, 33, 96, 150):
+        (q, k, v, g, beta), s0 = make_inputs(seq_len + 100, 2, seq_len, 2)
+        reset = np.zeros((2, seq_len), bool)
+        reset[0, [t for t in (32, 64, 100) if t < seq_len]] = True
+        full = delta_rule_chunked(q, k, v, g, beta, reset=reset, initial_state=s0, chunk_size=16)
+        grouped = delta_rule_grouped(q, k, v, g, beta, reset=reset, initial_state=s0, chunk_size=16, group_tokens=32)
+        for a, b in zip(full, grouped):
+            assert a.shape == b.shape and a.dtype == b.dtype
+            np.testing.assert_allclose(b, a, atol=1e-6, rtol=1e-6)

@@ -44,7 +44,9 @@ def test_presets_set_mesh_remat_and_micro_batches():
         apply_preset(c, "zero5", 8)
     with pytest.raises(ValueError, match="tensor=4"):
         apply_preset(c, "fsdp_tp", 6)
-    assert set(PRESETS) == {"fsdp", "fsdp_tp"}
+    block = apply_preset(c, "fsdp_tp_block", 8)
+    assert dict(block.mesh) == dict(tp.mesh) and block.model.remat == "block"
+    assert set(PRESETS) == {"fsdp", "fsdp_tp", "fsdp_tp_block"}
 
 
 def test_9b_params_and_optimizer_are_exact():
@@ -127,3 +129,16 @@ def test_cli_plans_a_grpo_config_and_says_what_to_change():
     assert out.returncode == 0, out.stderr[-2000:]
     for word in ("GRPO total", "policy copy", "rollout caches", "32 rows x 262144 tokens", "does not fit:"):
         assert word in out.stdout, out.stdout
+
+
+def test_saved_activations_follow_remat_and_sequence_parallelism():
+    """Saved layer inputs: one per layer (full) or per 4-layer block plus one block's (block),
+    split over tensor=4 by the sequence-parallel rule."""
+    c = sft_config.get_config("qwen3_5_9b")
+    c.data.seq_len = 8192
+    full = estimate(apply_preset(c, "fsdp_tp", 8), 8)
+    block = estimate(apply_preset(c, "fsdp_tp_block", 8), 8)
+    layer_in = 8192 * 4096 * 2 / 4  # one row of bf16 hidden states, its length split 4 ways
+    assert full["saved"] == pytest.approx(32 * layer_in)
+    assert block["saved"] == pytest.approx((32 // 4 + 4) * layer_in)
+    assert block["working"] == full["working"]

@@ -1,7 +1,7 @@
 """scan_layers=True (layers as a lax.scan over repeated blocks) computes what the Python loop does.
 
 fp32, a tiny config with 8 layers = 2 blocks of [DeltaNet x3, attention]; logits and gradients
-with and without remat, on packed rows with padding; the cache path; the parameter tree.
+with and without remat (per layer and per block), on packed rows with padding; the cache path; the parameter tree.
 """
 from __future__ import annotations
 
@@ -64,8 +64,10 @@ def test_block_period():
                            scan_layers=True)
 
 
-@pytest.mark.parametrize("remat", [False, True], ids=["plain", "remat"])
+@pytest.mark.parametrize("remat", [False, True, "block"], ids=["plain", "remat", "block_remat"])
 def test_scan_equals_loop_logits_and_grads(remat):
+    """remat=True recomputes each layer (remat_on_cotangent); "block" recomputes each block and
+    then its layers. The loop has no blocks: there "block" is per-layer remat."""
     loop, scan = _models(remat)
     batch = _packed_batch()
     grad_fn = nnx.jit(nnx.value_and_grad(_loss, has_aux=True))

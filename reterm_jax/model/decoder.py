@@ -55,14 +55,17 @@ class DecoderLayer(nnx.Module):
         self.post_attention_layernorm = RMSNorm(h, eps, "norm", param_dtype=param_dtype)
 
     def __call__(self, h: jax.Array, inputs: LayerInputs, cache=None):
-        x = self.input_layernorm(h)
+        # With sequence parallelism h arrives split over its length (constrain_rows); each mixer
+        # and the MLP take whole rows (gathered after the norm) and their output sums are
+        # scattered back by the residual add.
+        x = whole_rows(self.input_layernorm(h))
         if self.is_linear:
             x, cache = self.linear_attn(x, inputs.segment_ids, inputs.reset, cache)
         else:
             x, cache = self.self_attn(x, inputs.cos, inputs.sin, inputs.segment_ids, cache=cache,
                                       index=inputs.index, kv_segments=inputs.kv_segments)
-        h = h + x
-        h = h + self.mlp(self.post_attention_layernorm(h))
+        h = constrain_rows(h + x)
+        h = constrain_rows(h + self.mlp(whole_rows(self.post_attention_layernorm(h))))
         return h, cache
 
 
@@ -71,15 +74,26 @@ def _run_layer(layer: DecoderLayer, h, inputs, cache):
     return constrain_rows(h), cache
 
 
-def constrain_rows(h: jax.Array) -> jax.Array:
-    """Hidden states [B,T,H] split by rows over the data-parallel axes (the "batch" rule), when
-    traced under a mesh context (`with jax.set_mesh(mesh)`); a no-op without one. Without it
-    XLA's propagation follows the params' "embed" -> fsdp sharding instead and every device
-    computes all rows (measured: the 9B's full-batch fp32 logits on every device, docs/plan.md)."""
+def _constrain(h: jax.Array, names) -> jax.Array:
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty:
         return h
-    return jax.lax.with_sharding_constraint(h, logical_to_spec(("batch", "length", None), mesh, shape=h.shape))
+    return jax.lax.with_sharding_constraint(h, logical_to_spec(names, mesh, shape=h.shape))
+
+
+def constrain_rows(h: jax.Array) -> jax.Array:
+    """Hidden states [B,T,H] between layers: rows over the data-parallel axes (the "batch" rule)
+    and the length as the "activation_length" rule says (sequence parallelism over "tensor"),
+    when traced under a mesh context (`with jax.set_mesh(mesh)`); a no-op without one. Without
+    it XLA's propagation follows the params' "embed" -> fsdp sharding instead and every device
+    computes all rows (measured: the 9B's full-batch fp32 logits on every device, docs/plan.md)."""
+    return _constrain(h, ("batch", "activation_length", None))
+
+
+def whole_rows(h: jax.Array) -> jax.Array:
+    """[B,T,H] with each row's whole length on the device (the "length" rule): a mixer's or the
+    MLP's input, gathered from the sequence-parallel layout of `constrain_rows`."""
+    return _constrain(h, ("batch", "length", None))
 
 
 class TextModel(nnx.Module):

@@ -7,13 +7,21 @@ Per batch row and head, with state S [dk, dv]:
 `delta_rule_chunked` is the same function in the chunked WY/UT form used for prefill and
 training. `reset[b, t]` zeroes the state before token t (packed-segment starts, left padding).
 
-Memory note: the chunked form only builds chunk-local [C, C] matrices, so memory grows
-linearly in T: 9.5 MB at T=1024, 75.6 MB at T=8192 for B=1, H=4, dk=dv=64, C=64 (XLA CPU
-`memory_analysis().temp_size_in_bytes` of the jitted forward, in MiB; its grad: 32 MB and 258 MB).
+`delta_rule_grouped` runs the chunked form over groups of `group_tokens` tokens, carrying only
+the state between groups, with a custom VJP that recomputes one group at a time. Memory: the chunked form builds
+every chunk's [C, C] pieces (decays, masks, the (I + A)⁻¹ products) for the whole sequence at
+once, and its gradient keeps them: ~105 KiB per token per layer at the 9B's per-device head count
+(8 v heads, dk = dv = 128). Grouped, only one group's pieces exist at a time, forward or
+backward; what is kept for the backward is the inputs and one state per group (dk·dv·4 bytes per
+head per group). Measured numbers: docs/plan.md ("DeltaNet memory").
 """
 from __future__ import annotations
 
+from functools import partial
+
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 # The state is a long-running sum; reduced-precision matmuls (TPU bf16 passes, GPU TF32)
@@ -212,3 +220,90 @@ def delta_rule_chunked(q, k, v, g, beta, *, reset=None, initial_state=None, chun
     state, o = lax.scan(step, state, chunk_major)  # o: [N, B, H, C, dv]
     o = jnp.moveaxis(o, 0, 2).reshape(batch, heads, num_chunks * chunk, dv)[:, :, :seq_len]
     return jnp.moveaxis(o, 1, 2), state
+
+
+# Tokens per group in `delta_rule_grouped` (rounded up to a multiple of the chunk size); 0 = one
+# group. The default of `model.delta_group_tokens`.
+GROUP_TOKENS = 1024
+
+
+def delta_rule_grouped(q, k, v, g, beta, *, reset=None, initial_state=None, chunk_size=64,
+                       group_tokens=None):
+    """`delta_rule_chunked` over groups of `group_tokens` tokens (same arguments and returns).
+
+    A loop over the groups carries the state; one group's [C, C] pieces exist at a time. The
+    gradient is a custom VJP: the forward keeps the inputs and the state entering each group,
+    the backward runs the groups in reverse, recomputing each from its state (jax.vjp of the
+    chunked form) and writing its input gradients in place. The gradient buffers are created
+    from the incoming cotangent, so XLA cannot allocate them before this layer's backward starts
+    (with a plain scan it hoisted every layer's at once). Sequences of at most one group are the
+    chunked form itself. Tokens added to fill the last group are padding (k = 0, beta = 0, g = 0,
+    no reset): they write and decay nothing. group_tokens None = GROUP_TOKENS; 0 = one group
+    (the model sets it per layer from `model.delta_group_tokens`, model/deltanet.py).
+    """
+    group_tokens = GROUP_TOKENS if group_tokens is None else group_tokens
+    seq_len = k.shape[1]
+    chunk = max(1, min(chunk_size, seq_len))
+    group = -(-max(group_tokens, chunk) // chunk) * chunk  # a multiple of the chunk size
+    if group_tokens <= 0 or seq_len <= group:
+        return delta_rule_chunked(q, k, v, g, beta, reset=reset, initial_state=initial_state,
+                                  chunk_size=chunk_size)
+    q, k, v, g, beta, reset, state = _prepare(q, k, v, g, beta, reset, initial_state)
+    pad = -seq_len % group
+    if pad:
+        widths = lambda x: [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2)
+        q, k, v, g, beta, reset = (jnp.pad(x, widths(x)) for x in (q, k, v, g, beta, reset))
+    o, state = _grouped(chunk, group, q, k, v, g, beta, reset, state)
+    return o[:, :seq_len], state
+
+
+def _group(x, i, group):
+    return lax.dynamic_slice_in_dim(x, i * group, group, axis=1)
+
+
+def _grouped_forward(chunk, group, q, k, v, g, beta, reset, state):
+    """(o, final state, the state entering each group [G, B, H, dk, dv])."""
+    def body(carry, i):
+        state, o = carry
+        xs = [_group(x, i, group) for x in (q, k, v, g, beta, reset)]
+        o_i, new_state = delta_rule_chunked(*xs[:5], reset=xs[5], initial_state=state, chunk_size=chunk)
+        return (new_state, lax.dynamic_update_slice_in_dim(o, o_i, i * group, axis=1)), state
+
+    o = v * 0  # built from the inputs (not a constant XLA could allocate early)
+    (state, o), entering = lax.scan(body, (state, o), jnp.arange(k.shape[1] // group))
+    return o, state, entering
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _grouped(chunk, group, q, k, v, g, beta, reset, state):
+    o, state, _ = _grouped_forward(chunk, group, q, k, v, g, beta, reset, state)
+    return o, state
+
+
+def _grouped_fwd(chunk, group, q, k, v, g, beta, reset, state):
+    o, final, entering = _grouped_forward(chunk, group, q, k, v, g, beta, reset, state)
+    return (o, final), (q, k, v, g, beta, reset, entering)
+
+
+def _grouped_bwd(chunk, group, residuals, cotangents):
+    q, k, v, g, beta, reset, entering = residuals
+    d_o, d_state = cotangents
+    zero = 0 * d_o.reshape(-1)[0]  # every buffer below depends on the cotangent: see the docstring
+    grads = tuple(jnp.zeros(x.shape, x.dtype) + zero for x in (q, k, v, g, beta))
+
+    def body(carry, i):
+        d_state, grads = carry
+        xs = [_group(x, i, group) for x in (q, k, v, g, beta)]
+        reset_i = _group(reset, i, group)
+        run = lambda q, k, v, g, beta, s: delta_rule_chunked(q, k, v, g, beta, reset=reset_i, initial_state=s,
+                                                             chunk_size=chunk)
+        _, pull = jax.vjp(run, *xs, entering[i])
+        *d_xs, d_state = pull((_group(d_o, i, group), d_state))
+        grads = tuple(lax.dynamic_update_slice_in_dim(acc, d, i * group, axis=1) for acc, d in zip(grads, d_xs))
+        return (d_state, grads), None
+
+    (d_state, grads), _ = lax.scan(body, (d_state, grads), jnp.arange(k.shape[1] // group), reverse=True)
+    return (*grads, np.zeros(reset.shape, jax.dtypes.float0), d_state)
+
+
+_grouped.defvjp(_grouped_fwd, _grouped_bwd)

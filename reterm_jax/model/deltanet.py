@@ -22,7 +22,7 @@ from flax import nnx
 
 from reterm_jax.model.cache import DeltaNetCache
 from reterm_jax.model.config import Qwen3_5Config
-from reterm_jax.model.delta_rule import delta_rule_chunked, delta_rule_recurrent
+from reterm_jax.model.delta_rule import GROUP_TOKENS, delta_rule_grouped, delta_rule_recurrent
 from reterm_jax.model.norms import GatedRMSNorm, stat_dtype
 from reterm_jax.model.params import dense, logical_param
 
@@ -87,8 +87,21 @@ class DepthwiseConv1d(nnx.Module):
         self.weight = logical_param(value, ("linear_qkv", None, "conv_kernel"))
 
 
+def set_delta_group_tokens(model: nnx.Module, tokens: int) -> None:
+    """Set every GatedDeltaNet's (static) group_tokens (`model.delta_group_tokens`), e.g. on an
+    abstract model: the delta rule runs over groups of this many tokens, one group's chunk
+    matrices alive at a time (model/delta_rule.py::delta_rule_grouped); 0 = the whole row at once."""
+    tokens = int(tokens)
+    if tokens < 0:
+        raise ValueError(f"model.delta_group_tokens={tokens}: use 0 (whole rows) or a positive token count")
+    for _, node in nnx.iter_graph(model):
+        if isinstance(node, GatedDeltaNet):
+            node.group_tokens = tokens
+
+
 class GatedDeltaNet(nnx.Module):
     def __init__(self, config: Qwen3_5Config, *, dtype, param_dtype, rngs: nnx.Rngs):
+        self.group_tokens = GROUP_TOKENS  # static; see set_delta_group_tokens
         self.num_k_heads = config.linear_num_key_heads
         self.num_v_heads = config.linear_num_value_heads
         self.head_k_dim = config.linear_key_head_dim
@@ -139,7 +152,8 @@ class GatedDeltaNet(nnx.Module):
         if cache is not None and t == 1:
             o, state = delta_rule_recurrent(q, k, v, g, beta, reset=reset, initial_state=state)
         else:
-            o, state = delta_rule_chunked(q, k, v, g, beta, reset=reset, initial_state=state)
+            o, state = delta_rule_grouped(q, k, v, g, beta, reset=reset, initial_state=state,
+                                          group_tokens=self.group_tokens)
 
         o = self.norm(o.astype(x.dtype), z).reshape(b, t, hv * dv)
         out = self.out_proj(o)

@@ -42,6 +42,10 @@ LOGICAL_RULES: dict[str, MeshAxes] = {
     # activations / batches
     "batch": ("data", "fsdp"),
     "length": None,
+    # the hidden states between layers (decoder.constrain_rows): their length over "tensor"
+    # (sequence parallelism: the residual stream, norms and saved layer inputs split 1/tensor;
+    # each mixer and MLP gathers whole rows after its norm, decoder.whole_rows). docs/plan.md
+    "activation_length": "tensor",
 }
 
 

@@ -20,6 +20,8 @@ from flax import nnx, struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from reterm_jax.model.attention import set_attention_impl
+from reterm_jax.model.delta_rule import GROUP_TOKENS
+from reterm_jax.model.deltanet import set_delta_group_tokens
 from reterm_jax.model.config import Qwen3_5Config
 from reterm_jax.model.decoder import Qwen3_5ForCausalLM
 from reterm_jax.model.hf_io import abstract_model, load_pretrained
@@ -28,6 +30,9 @@ from reterm_jax.parallel.rules import logical_to_sharding, state_shardings
 REMAT_POLICIES = {
     "none": False,
     "full": True,  # recompute each decoder layer in the backward pass
+    # scanned decoder: keep one input per block of layers (a quarter of full's at the 9B's
+    # 4-layer block) for one more forward pass; unscanned, the same as full
+    "block": "block",
     "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,  # keep matmul outputs
 }
 
@@ -84,6 +89,7 @@ def abstract_params(cfg, mesh: Mesh):
     abstract.model.scan_layers = bool(cfg.get("scan_layers", False))  # scan blocks of layers (compile time)
     abstract.logits_chunk = int(cfg.get("logits_chunk", abstract.logits_chunk))  # LM head in chunks (losses)
     set_attention_impl(abstract, cfg.get("attention_impl", "auto"))  # flash | reference (static)
+    set_delta_group_tokens(abstract, cfg.get("delta_group_tokens", GROUP_TOKENS))  # delta rule in groups (static)
     graphdef, abs_params = nnx.split(abstract, nnx.Param)
     shardings = nnx.to_pure_dict(state_shardings(abs_params, mesh))
     return config, graphdef, nnx.to_pure_dict(abs_params), shardings
