@@ -7,15 +7,18 @@ against context length.
    decode tokens/s for both and the ratio, and checks the greedy tokens agree.
 2. Per-token decode time of our sampler at context 512 vs 8192 (B=1), for the hybrid tiny
    config and for an all-DeltaNet variant of it. DeltaNet layers carry a fixed-size state, so
-   their step cost does not depend on the context; a full-attention layer reads its whole
-   cache buffer (static shape: the cache's max_length) each step.
+   their step cost does not depend on the context; a full-attention layer reads the written
+   slots of its cache (model/attention.py::cache_attention).
+3. Per-token decode time at a 2,048-token fill in a cache of 2,304 vs 32,768 slots (B=1, hybrid
+   tiny config), interleaved: what the buffer's unused length costs a decode step.
 
-    python bench/sampler.py [--batch 4] [--prompt 64] [--new 128] [--runs 3]
+    python bench/sampler.py [--batch 4] [--prompt 64] [--new 128] [--runs 3] [--json]
 Asserts nothing (benchmarks never gate tests).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import sys
@@ -66,19 +69,35 @@ def ours_decode(model, prompts, new, runs, max_length=None):
     return best_of(decode, runs), out["gen"].tokens
 
 
-def ours_decode_long(model, context, new, runs):
-    """Per-token decode seconds after a `context`-token prompt (prefilled in 1024-token chunks)."""
+def prefilled_decoder(model, context, new, max_length=None):
+    """A function decoding `new` greedy tokens after a `context`-token prompt (prefilled in
+    1024-token chunks) in a cache of `max_length` slots (default: just enough)."""
     rng = np.random.default_rng(1)
     prompt = rng.integers(2, model.config.vocab_size, context).tolist()
-    sampler = Sampler(model, stop_ids=(), pad_id=0, max_length=context + new, donate=False)
-    state = sampler.init(1)
-    for start in range(0, context, 1024):
-        state = sampler.extend(state, [prompt[start:start + 1024]])
+    sampler = Sampler(model, stop_ids=(), pad_id=0, max_length=max_length or context + new, donate=False,
+                      prefill_chunk=1024)
+    state = sampler.extend(sampler.init(1), [prompt])
     jax.block_until_ready(state)
+    return lambda: sampler.generate(state, jax.random.key(0), GREEDY, new)
 
-    def decode():
-        sampler.generate(state, jax.random.key(0), GREEDY, new)
-    return best_of(decode, runs) / new
+
+def ours_decode_long(model, context, new, runs):
+    """Per-token decode seconds after a `context`-token prompt."""
+    return best_of(prefilled_decoder(model, context, new), runs) / new
+
+
+def decode_by_cache_length(model, fill, lengths, new, runs):
+    """Per-token decode seconds at `fill` tokens for each cache length, runs interleaved."""
+    decoders = {n: prefilled_decoder(model, fill, new, n) for n in lengths}
+    for d in decoders.values():
+        d()
+    best = {n: float("inf") for n in lengths}
+    for _ in range(runs):
+        for n, d in decoders.items():
+            start = time.perf_counter()
+            d()
+            best[n] = min(best[n], time.perf_counter() - start)
+    return {n: t / new for n, t in best.items()}
 
 
 def main():
@@ -88,7 +107,9 @@ def main():
     parser.add_argument("--new", type=int, default=128)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--contexts", type=int, nargs=2, default=(512, 8192))
+    parser.add_argument("--json", action="store_true", help="end with one JSON object of the numbers")
     args = parser.parse_args()
+    result = {}
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, "
           f"torch threads {torch.get_num_threads()}, jax {jax.__version__} on {jax.devices()[0]}")
     cfg = Qwen3_5Config.tiny()
@@ -120,6 +141,8 @@ def main():
     print(f"transformers generate:      {hf_tps:10.1f} decode tokens/s  ({t_hf * 1e3 / (args.new - 1):.2f} "
           f"ms/step; prefill {t_hf_prefill * 1e3:.0f} ms excluded), attention={hf.config._attn_implementation}")
     print(f"ratio ours/transformers:    {ours_tps / hf_tps:.2f}x   (greedy tokens agree: {agree:.1%})")
+    result.update(ours_decode_tokens_per_s=ours_tps, transformers_decode_tokens_per_s=hf_tps,
+                  greedy_agree_with_transformers=float(agree))
 
     short, long = args.contexts
     for name, config in (("hybrid 3 DeltaNet + 1 attention", cfg),
@@ -129,6 +152,17 @@ def main():
         t_long = ours_decode_long(model, long, 32, args.runs)
         print(f"decode per token, {name}: context {short}: {t_short * 1e3:.3f} ms, context {long}: "
               f"{t_long * 1e3:.3f} ms, ratio {t_long / t_short:.2f}x")
+        key = "hybrid" if "hybrid" in name else "deltanet"
+        result[f"decode_ms_{key}_context_{short}"] = t_short * 1e3
+        result[f"decode_ms_{key}_context_{long}"] = t_long * 1e3
+
+    model = Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(0))
+    by_length = decode_by_cache_length(model, 2048, (2304, 32768), 32, args.runs)
+    print(f"decode per token at a 2048-token fill: cache 2304: {by_length[2304] * 1e3:.3f} ms, cache 32768: "
+          f"{by_length[32768] * 1e3:.3f} ms, ratio {by_length[32768] / by_length[2304]:.2f}x")
+    result.update(decode_ms_2k_fill_cache_2k=by_length[2304] * 1e3, decode_ms_2k_fill_cache_32k=by_length[32768] * 1e3)
+    if args.json:
+        print(json.dumps(result))
 
 
 if __name__ == "__main__":

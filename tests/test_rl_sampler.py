@@ -160,3 +160,22 @@ def test_a_remat_model_samples_like_the_plain_one_and_keeps_its_remat(model, sam
         _, gen = s.generate(state, jax.random.key(0), SamplingParams(0.0), 6)
         outs.append(gen.tokens)
     assert outs[0] == outs[1]
+
+
+def test_chunked_prefill_equals_one_call_and_the_full_forward(model, sampler, full_forward):
+    """Prompts fed 5 tokens per call (rows of 7, 2 and 17 tokens: some rows run out of tokens
+    mid-way and get pad slots), a continuation longer than a chunk, then greedy decoding: the
+    same logits (1e-4) and tokens as one call, and as the full forward."""
+    chunked = Sampler(model, stop_ids=STOP, pad_id=PAD, max_length=256, donate=False, prefill_chunk=5)
+    one = sampler.extend(sampler.init(3), PROMPTS)
+    many = chunked.extend(chunked.init(3), PROMPTS)
+    np.testing.assert_allclose(np.asarray(many.last_logits), np.asarray(one.last_logits), atol=1e-4, rtol=1e-4)
+    for r, logits in enumerate(full_forward(PROMPTS)):
+        np.testing.assert_allclose(np.asarray(many.last_logits[r]), logits[-1], atol=1e-4, rtol=1e-4)
+    extra = [list(range(40, 52)), None, [43]]
+    outs = []
+    for s, state in ((sampler, one), (chunked, many)):
+        state, gen = s.generate(s.extend(state, extra), jax.random.key(0), SamplingParams(0.0), 10)
+        outs.append((gen.tokens, [c.tolist() for c in s.contexts(state)]))
+    assert outs[0][0] == outs[1][0]
+    assert outs[1][1] == [PROMPTS[r] + (extra[r] or []) + outs[1][0][r] for r in range(3)]

@@ -59,6 +59,58 @@ def causal_block_attention(q, k, v, segment_ids, scale: float, block: int = QUER
     return outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=1)
 
 
+# Keys per block in `cache_attention`: the cache path's scores are [T, CACHE_KEY_BLOCK] per head
+# at a time, and only blocks holding written slots are visited.
+CACHE_KEY_BLOCK = 512
+
+
+def cache_attention(q, keys, values, q_segments, q_slots, kv_segments, filled, scale: float,
+                    block: int = CACHE_KEY_BLOCK):
+    """Attention of this call's queries over the filled part of a cache buffer.
+
+    q [B,T,Nq,D]; keys/values [B,L,Nkv,D] (the whole buffer, this call's K/V written);
+    q_segments [B,T]; q_slots [T] (absolute slot of each query); kv_segments [B,L]; filled: int32
+    scalar, slots written so far (index + T). The same mask as `segment_mask` + `grouped_attention`,
+    computed as an online softmax over key blocks of `block` slots, visiting only the
+    ceil(filled / block) blocks that hold written slots: time and memory follow the filled prefix,
+    not the buffer length L (a `lax.fori_loop` with a traced trip count; inference only, it has
+    no reverse-mode derivative). fp32 statistics; queries with no visible key get zeros.
+    """
+    b, t, nq, d = q.shape
+    length, nkv = keys.shape[1], keys.shape[2]
+    block = min(block, length)
+    f = stat_dtype(q.dtype)
+    qg = q.reshape(b, t, nkv, nq // nkv, d)
+
+    def body(i, carry):
+        m, l, acc = carry
+        start = jnp.minimum(i * block, length - block)  # the last block is moved back into the buffer ...
+        k = jax.lax.dynamic_slice_in_dim(keys, start, block, axis=1).astype(q.dtype)
+        v = jax.lax.dynamic_slice_in_dim(values, start, block, axis=1).astype(q.dtype)
+        seg = jax.lax.dynamic_slice_in_dim(kv_segments, start, block, axis=1)
+        slots = start + jnp.arange(block)
+        visible = ((slots >= i * block)[None, None, :]  # ... and masks the slots the previous block had
+                   & (slots[None, :] <= q_slots[:, None])[None]
+                   & (q_segments[:, :, None] == seg[:, None, :]) & (seg != 0)[:, None, :])[:, None, None]
+        scores = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=f) * scale
+        scores = jnp.where(visible, scores, -jnp.inf)
+        m_new = jnp.maximum(m, jnp.max(scores, axis=-1))
+        shift = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
+        p = jnp.where(visible, jnp.exp(scores - shift[..., None]), 0.0)
+        correction = jnp.exp(m - shift)  # m = -inf (nothing seen yet) -> 0
+        l = l * correction + jnp.sum(p, axis=-1)
+        acc = acc * correction[..., None] + jnp.einsum("bkgts,bskd->bkgtd", p.astype(v.dtype), v,
+                                                       preferred_element_type=f)
+        return m_new, l, acc
+
+    stats = (b, nkv, nq // nkv, t)
+    init = (jnp.full(stats, -jnp.inf, f), jnp.zeros(stats, f), jnp.zeros((*stats, d), f))
+    n_blocks = (jnp.asarray(filled, jnp.int32) + block - 1) // block
+    _, l, acc = jax.lax.fori_loop(0, n_blocks, body, init)
+    out = jnp.where(l[..., None] > 0, acc / jnp.where(l > 0, l, 1.0)[..., None], 0.0)
+    return jnp.moveaxis(out, 3, 1).reshape(b, t, nq, d).astype(q.dtype)
+
+
 # model.attention_impl: how self-attention without a cache (training, full forwards) is computed.
 #   reference: causal_block_attention above (scores of a 128-query block against all earlier keys);
 #   flash: model/flash_attention.py (tiles, online softmax, custom backward: memory linear in T);
@@ -104,8 +156,9 @@ class GatedAttention(nnx.Module):
                  cache: AttentionCache | None = None, index: jax.Array | None = None,
                  kv_segments: jax.Array | None = None):
         """x [B,T,H]. Without cache: attends within x. With cache: writes K/V at slots
-        [index, index+T) and attends over the whole buffer, whose slot segments (already
-        including this call's tokens) are `kv_segments` [B, L]. Returns (out, new cache)."""
+        [index, index+T) and attends over the buffer's written slots (`cache_attention`), whose
+        slot segments (already including this call's tokens) are `kv_segments` [B, L].
+        Returns (out, new cache)."""
         b, t, _ = x.shape
         d = self.head_dim
         # q_proj rows are per head [query | gate], not all queries then all gates.
@@ -122,9 +175,8 @@ class GatedAttention(nnx.Module):
             keys = jax.lax.dynamic_update_slice(cache.keys, k.astype(cache.keys.dtype), start)
             values = jax.lax.dynamic_update_slice(cache.values, v.astype(cache.values.dtype), start)
             cache = AttentionCache(keys=keys, values=values)
-            k, v = keys.astype(q.dtype), values.astype(q.dtype)
-            mask = segment_mask(segment_ids, index + jnp.arange(t), kv_segments)
-            out = grouped_attention(q, k, v, mask, d ** -0.5)
+            out = cache_attention(q, keys, values, segment_ids, index + jnp.arange(t), kv_segments, index + t,
+                                  d ** -0.5)
 
         out = out.reshape(b, t, self.num_heads * d) * jax.nn.sigmoid(gate)
         return self.o_proj(out), cache

@@ -20,6 +20,10 @@ ends, so the next continuation (a tool observation) follows it directly: the his
 re-rendered or re-tokenised. `state.tokens` records the token written at each slot, so the
 rollout can check its own record against what the model actually saw (`contexts`).
 
+Long pieces are fed `prefill_chunk` tokens per call, and attention in the cache path visits
+only the buffer's written slots (model/attention.py::cache_attention), so neither a prefill's
+memory nor a decode step's time grows with `max_length`.
+
 Compilation: `extend` pads its width up to a bucket (`bucket_length`: at most 4 widths per
 octave, at most 25% padding), so prompts and observations of any length reuse a few compiled
 shapes; `generate` compiles once
@@ -64,6 +68,10 @@ class Generation:
     steps: int               # decode steps the loop ran (cache slots used)
 
 
+# Tokens per model call when `extend` appends a long piece (a prefill of the failed history).
+PREFILL_CHUNK = 4096
+
+
 def bucket_length(n: int, min_bucket: int = 16) -> int:
     """The padded width for n tokens: n rounded up to a quarter of its power of two (at least
     `min_bucket`), so at most 4 compiled widths per octave and at most 25% padding."""
@@ -75,11 +83,15 @@ def bucket_length(n: int, min_bucket: int = 16) -> int:
 
 class Sampler:
     def __init__(self, model: nnx.Module, *, stop_ids: Sequence[int], pad_id: int, max_length: int,
-                 min_bucket: int = 16, cache_dtype=None, donate: bool | None = None):
+                 min_bucket: int = 16, cache_dtype=None, donate: bool | None = None,
+                 prefill_chunk: int = PREFILL_CHUNK):
         """donate: let XLA reuse the cache buffers of the state passed to `extend` / `generate`
         (that state is then invalid: always continue from the returned one). Default: on
         accelerators only (the CPU backend cannot donate). False keeps old states usable, e.g.
-        to decode several times from one prefill."""
+        to decode several times from one prefill.
+        prefill_chunk: `extend` feeds at most this many tokens per model call (longer pieces go in
+        consecutive calls of this width), so a prefill's activations are those of one chunk
+        whatever the prompt's length; 0 = one call."""
         self.config = model.config
         graphdef, params = nnx.split(model)
         # Decoding keeps no activations for a backward pass, so remat only costs time; and the
@@ -92,6 +104,7 @@ class Sampler:
         self.pad_id = int(pad_id)
         self.max_length = int(max_length)
         self.min_bucket = min_bucket
+        self.prefill_chunk = int(prefill_chunk)
         self.cache_dtype = cache_dtype if cache_dtype is not None else model.model.dtype
         if donate is None:
             donate = jax.default_backend() != "cpu"
@@ -122,12 +135,29 @@ class Sampler:
         longest = max((len(p) for p in pieces if p), default=0)
         if longest == 0:
             return state
+        chunk = self.prefill_chunk
+        if 0 < chunk < longest:
+            # Each row's tokens stay contiguous: a row shorter than a chunk is padded after its
+            # last real token and gets only pad slots in the later chunks (transparent, module doc).
+            if longest > self.remaining(state):
+                raise ValueError(f"extend: {longest} tokens do not fit in the cache ({self.remaining(state)} "
+                                 f"of {self.max_length} slots free); raise max_length")
+            for start in range(0, longest - chunk, chunk):
+                state = self._extend_call(state, [p[start:start + chunk] if p else None for p in pieces], chunk)
+            start = (longest - 1) // chunk * chunk
+            pieces = [p[start:] if p and len(p) > start else None for p in pieces]
+            longest = longest - start
         width = bucket_length(longest, self.min_bucket)
         if width > self.remaining(state):
             width = longest  # no room to pad up to the bucket; compile this exact width once
         if width > self.remaining(state):
             raise ValueError(f"extend: {longest} tokens do not fit in the cache ({self.remaining(state)} "
                              f"of {self.max_length} slots free); raise max_length")
+        return self._extend_call(state, pieces, width)
+
+    def _extend_call(self, state: SamplerState, pieces, width: int) -> SamplerState:
+        """One model call appending pieces[r] (at most `width` tokens) to row r, right-padded."""
+        batch = state.tokens.shape[0]
         ids = np.full((batch, width), self.pad_id, np.int32)
         seg = np.zeros((batch, width), np.int32)
         for r, piece in enumerate(pieces):
