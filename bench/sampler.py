@@ -11,6 +11,9 @@ against context length.
    slots of its cache (model/attention.py::cache_attention).
 3. Per-token decode time at a 2,048-token fill in a cache of 2,304 vs 32,768 slots (B=1, hybrid
    tiny config), interleaved: what the buffer's unused length costs a decode step.
+4. A group of G = 8 attempts from one 2,048-token failed history: seconds to the first sampled
+   token with the shared prefill (one prefill, cache copied into 8 rows) vs 8 independent
+   prefills (`share_prefills=False`), interleaved, and whether their greedy tokens agree.
 
     python bench/sampler.py [--batch 4] [--prompt 64] [--new 128] [--runs 3] [--json]
 Asserts nothing (benchmarks never gate tests).
@@ -100,6 +103,26 @@ def decode_by_cache_length(model, fill, lengths, new, runs):
     return {n: t / new for n, t in best.items()}
 
 
+def branch_vs_independent(model, history, group, runs):
+    """Seconds to the first token of `group` rows from one `history`-token prompt, shared prefill
+    vs one prefill per row (runs interleaved), and whether 16 greedy tokens agree."""
+    prompt = np.random.default_rng(2).integers(2, model.config.vocab_size, history).tolist()
+    samplers = {share: Sampler(model, stop_ids=(), pad_id=0, max_length=history + 32, donate=False,
+                               share_prefills=share) for share in (True, False)}
+
+    def first_token(s, new=1):
+        return s.generate(s.extend(s.init(group), [prompt] * group), jax.random.key(0), GREEDY, new)[1]
+    tokens = {share: first_token(s, 16).tokens for share, s in samplers.items()}
+    best = {share: float("inf") for share in samplers}
+    for _ in range(runs):
+        for share, s in samplers.items():
+            start = time.perf_counter()
+            first_token(s)
+            best[share] = min(best[share], time.perf_counter() - start)
+    return dict(branch_first_token_s=best[True], independent_prefills_first_token_s=best[False],
+                branch_greedy_equal=tokens[True] == tokens[False])
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--batch", type=int, default=4)
@@ -161,6 +184,11 @@ def main():
     print(f"decode per token at a 2048-token fill: cache 2304: {by_length[2304] * 1e3:.3f} ms, cache 32768: "
           f"{by_length[32768] * 1e3:.3f} ms, ratio {by_length[32768] / by_length[2304]:.2f}x")
     result.update(decode_ms_2k_fill_cache_2k=by_length[2304] * 1e3, decode_ms_2k_fill_cache_32k=by_length[32768] * 1e3)
+    result.update(branch_vs_independent(model, 2048, 8, args.runs))
+    print(f"first token of a group of 8 from a 2048-token history: shared prefill "
+          f"{result['branch_first_token_s']:.3f} s, independent prefills {result['independent_prefills_first_token_s']:.3f} s, "
+          f"ratio {result['branch_first_token_s'] / result['independent_prefills_first_token_s']:.2f}x "
+          f"(greedy tokens equal: {result['branch_greedy_equal']})")
     if args.json:
         print(json.dumps(result))
 

@@ -179,3 +179,23 @@ def test_chunked_prefill_equals_one_call_and_the_full_forward(model, sampler, fu
         outs.append((gen.tokens, [c.tolist() for c in s.contexts(state)]))
     assert outs[0][0] == outs[1][0]
     assert outs[1][1] == [PROMPTS[r] + (extra[r] or []) + outs[1][0][r] for r in range(3)]
+
+
+def test_a_shared_prefill_is_computed_once_and_branches_like_separate_prefills(model):
+    """Rows 0, 2 and 3 share a prompt (one prefill, its cache copied), row 1 has its own: the same
+    logits, sampled tokens and log-probs as prefilling every row; later calls are per row."""
+    prompts = [PROMPTS[2], PROMPTS[0], PROMPTS[2], PROMPTS[2]]
+    results = []
+    for share in (True, False):
+        s = Sampler(model, stop_ids=STOP, pad_id=PAD, max_length=256, donate=False, share_prefills=share)
+        calls = []
+        s._extend = (lambda fn: lambda params, st, ids, seg: calls.append(ids.shape) or fn(params, st, ids, seg))(s._extend)
+        state = s.extend(s.init(4), prompts)
+        state, gen = s.generate(state, jax.random.key(5), SamplingParams(1.0), 8)
+        results.append((np.asarray(state.last_logits), gen.tokens, gen.logprobs, calls))
+    (logits_a, tokens_a, logp_a, calls_a), (logits_b, tokens_b, logp_b, calls_b) = results
+    assert [c[0] for c in calls_a] == [2] and [c[0] for c in calls_b] == [4]  # 2 distinct prompts vs 4 rows
+    np.testing.assert_allclose(logits_a, logits_b, atol=1e-5, rtol=1e-5)
+    assert tokens_a == tokens_b
+    np.testing.assert_allclose(np.concatenate(logp_a), np.concatenate(logp_b), atol=1e-5)
+    assert len({tuple(t) for t in (tokens_a[0], tokens_a[2], tokens_a[3])}) > 1  # the branches sample apart

@@ -20,7 +20,8 @@ ends, so the next continuation (a tool observation) follows it directly: the his
 re-rendered or re-tokenised. `state.tokens` records the token written at each slot, so the
 rollout can check its own record against what the model actually saw (`contexts`).
 
-Long pieces are fed `prefill_chunk` tokens per call, and attention in the cache path visits
+A prefill whose rows repeat a piece computes it once and copies the cache into those rows
+(`share_prefills`). Long pieces are fed `prefill_chunk` tokens per call, and attention in the cache path visits
 only the buffer's written slots (model/attention.py::cache_attention), so neither a prefill's
 memory nor a decode step's time grows with `max_length`.
 
@@ -84,14 +85,18 @@ def bucket_length(n: int, min_bucket: int = 16) -> int:
 class Sampler:
     def __init__(self, model: nnx.Module, *, stop_ids: Sequence[int], pad_id: int, max_length: int,
                  min_bucket: int = 16, cache_dtype=None, donate: bool | None = None,
-                 prefill_chunk: int = PREFILL_CHUNK):
+                 prefill_chunk: int = PREFILL_CHUNK, share_prefills: bool = True):
         """donate: let XLA reuse the cache buffers of the state passed to `extend` / `generate`
         (that state is then invalid: always continue from the returned one). Default: on
         accelerators only (the CPU backend cannot donate). False keeps old states usable, e.g.
         to decode several times from one prefill.
         prefill_chunk: `extend` feeds at most this many tokens per model call (longer pieces go in
         consecutive calls of this width), so a prefill's activations are those of one chunk
-        whatever the prompt's length; 0 = one call."""
+        whatever the prompt's length; 0 = one call.
+        share_prefills: a prefill (the first `extend` of a fresh state) whose rows repeat the same
+        piece computes each distinct piece once and copies its cache into the rows that share it
+        (a GRPO group's G attempts share their failed history): the model-side twin of the
+        sandbox's snapshot/branch. False prefills every row."""
         self.config = model.config
         graphdef, params = nnx.split(model)
         # Decoding keeps no activations for a backward pass, so remat only costs time; and the
@@ -105,6 +110,7 @@ class Sampler:
         self.max_length = int(max_length)
         self.min_bucket = min_bucket
         self.prefill_chunk = int(prefill_chunk)
+        self.share_prefills = bool(share_prefills)
         self.cache_dtype = cache_dtype if cache_dtype is not None else model.model.dtype
         if donate is None:
             donate = jax.default_backend() != "cpu"
@@ -135,6 +141,12 @@ class Sampler:
         longest = max((len(p) for p in pieces if p), default=0)
         if longest == 0:
             return state
+        if self.share_prefills and state.index == 0:  # fresh: every row's cache is the same (empty)
+            distinct = list(dict.fromkeys(tuple(p) if p else () for p in pieces))
+            if len(distinct) < batch:
+                rows = [distinct.index(tuple(p) if p else ()) for p in pieces]
+                shared = self.extend(self.init(len(distinct)), [list(p) or None for p in distinct])
+                return _take_rows(shared, jnp.asarray(rows, jnp.int32))
         chunk = self.prefill_chunk
         if 0 < chunk < longest:
             # Each row's tokens stay contiguous: a row shorter than a chunk is padded after its
@@ -201,6 +213,16 @@ class Sampler:
         """Per row, the tokens in its cache slots (padding dropped), in order."""
         tokens, seg = np.asarray(state.tokens), np.asarray(state.cache.segment_ids)
         return [tokens[r][seg[r] != 0] for r in range(tokens.shape[0])]
+
+
+@jax.jit
+def _take_rows(state: SamplerState, rows: jax.Array) -> SamplerState:
+    """The state whose row r is row rows[r] of `state` (cache, tokens, logits; the write index is shared)."""
+    take = lambda x: jnp.take(x, rows, axis=0)
+    cache = state.cache
+    cache = cache.replace(layers=jax.tree.map(take, cache.layers), segment_ids=take(cache.segment_ids),
+                          last_segment=take(cache.last_segment), next_position=take(cache.next_position))
+    return SamplerState(cache=cache, tokens=take(state.tokens), last_logits=take(state.last_logits))
 
 
 def _forward(graphdef, params, ids, positions, segment_ids, cache):
