@@ -34,8 +34,9 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     #                                 128-query block against all earlier keys); auto = flash
     c.model.logits_chunk = 1024     # the losses run the LM head this many positions at a time: [B, T, V]
     #                                 logits never exist in a train step (0 = one chunk, full logits)
-    c.model.delta_group_tokens = 1024  # the DeltaNet's delta rule runs over groups of this many tokens,
-    #                                 one group's chunk matrices alive at a time (0 = the whole row)
+    c.model.delta_group_tokens = 0  # the DeltaNet's delta rule runs over groups of this many tokens,
+    #                                 one group's chunk matrices alive at a time (0 = the whole row: the
+    #                                 tiny rows are short, and grouping recomputes each group's forward)
     # Tiny preset: one DeltaNet + one attention layer (the 9B's two mixers; DeltaNet dominates CPU
     # step time), sized to overfit the demo data within a few hundred CPU steps.
     # vocab 1060 = the bundled tiny tokenizer.
@@ -89,6 +90,7 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
         c.model.dtype = "bfloat16"   # bf16 compute on fp32 master weights and fp32 Adam moments
         c.model.remat = "full"
         c.model.scan_layers = True   # 9B train step AOT compile: 67 s scanned vs 301 s unrolled (docs/plan.md)
+        c.model.delta_group_tokens = 1024  # long rows: 8-31 instead of 105 KiB/token/layer (docs/plan.md)
         c.data.path = ""             # required: --config.data.path=...
         c.data.seq_len = 32768
         c.data.overlong = "drop"
