@@ -80,16 +80,16 @@ def _tie(x: jax.Array, zero: jax.Array) -> jax.Array:
 
 
 def remat_on_cotangent(fn: Callable) -> Callable:
-    """Full remat of `fn(*args)` whose recomputation cannot start before the cotangent arrives.
+    """Full remat of `fn(h, state, inputs)` whose recomputation cannot start before the cotangent arrives.
 
     Same values and gradients as `jax.checkpoint(fn)`: the forward keeps only the arguments and
     the backward recomputes `fn` to pull the cotangent back. The difference is scheduling. In the
     backward of a scanned block every layer's saved input is available from the start, so XLA is
     free to run all four layers' recomputations at once and keep their internals live together
-    (measured on the 9B block: 4x one layer's working set). Here the arguments pass through an
-    `optimization_barrier` together with the incoming cotangent, which ties each recomputation to
-    the moment its layer's backward begins: one layer's internals at a time.
-    """
+    (measured on the 9B block: 4x one layer's working set). Here `h` and `inputs` are made to depend
+    on the incoming cotangent (an `optimization_barrier`, which XLA:CPU drops, and `_tie`), which
+    ties each recomputation to the moment its layer's backward begins: one layer's internals at a
+    time. `state` (the params) stays untied so their gathers can still be prefetched."""
     @jax.custom_vjp
     def run(*args):
         return fn(*args)
