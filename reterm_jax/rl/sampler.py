@@ -152,8 +152,7 @@ class Sampler:
             # Each row's tokens stay contiguous: a row shorter than a chunk is padded after its
             # last real token and gets only pad slots in the later chunks (transparent, module doc).
             if longest > self.remaining(state):
-                raise ValueError(f"extend: {longest} tokens do not fit in the cache ({self.remaining(state)} "
-                                 f"of {self.max_length} slots free); raise max_length")
+                raise self._no_room(state, longest)
             for start in range(0, longest - chunk, chunk):
                 state = self._extend_call(state, [p[start:start + chunk] if p else None for p in pieces], chunk)
             start = (longest - 1) // chunk * chunk
@@ -163,9 +162,12 @@ class Sampler:
         if width > self.remaining(state):
             width = longest  # no room to pad up to the bucket; compile this exact width once
         if width > self.remaining(state):
-            raise ValueError(f"extend: {longest} tokens do not fit in the cache ({self.remaining(state)} "
-                             f"of {self.max_length} slots free); raise max_length")
+            raise self._no_room(state, longest)
         return self._extend_call(state, pieces, width)
+
+    def _no_room(self, state: SamplerState, tokens: int) -> ValueError:
+        return ValueError(f"extend: {tokens} tokens do not fit in the cache ({self.remaining(state)} "
+                          f"of {self.max_length} slots free); raise max_length")
 
     def _extend_call(self, state: SamplerState, pieces, width: int) -> SamplerState:
         """One model call appending pieces[r] (at most `width` tokens) to row r, right-padded."""
