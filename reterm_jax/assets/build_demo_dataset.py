@@ -61,19 +61,22 @@ def make_row(task_name: str, messages: list[dict], train_from: int, rewards: dic
             "tools": [BASH_TOOL], "verified_rewards": rewards}
 
 
-def recovery_steps(solve_commands: list[str], style: int) -> list[tuple]:
+def recovery_steps(solve_commands: list[str], style: int, look_around: tuple[str, ...] = (LOOK_AROUND,)) -> list[tuple]:
+    """Style 0 redoes the task at once; style 1 first runs the read-only `look_around` commands."""
     if style == 0:
         return [("Redoing the task from the current state." if i == 0 else "", None, c)
                 for i, c in enumerate(solve_commands)]
-    steps = [("Let me look at the state the failed attempt left behind.",
+    steps = [("Let me look at the state the failed attempt left behind." if i == 0 else "",
               "The previous attempt was judged a failure, so its result cannot be trusted. "
-              "Check where I am and what is there before changing anything.", LOOK_AROUND)]
+              "Check where I am and what is there before changing anything." if i == 0 else None, c)
+             for i, c in enumerate(look_around)]
     steps += [("", "Apply the fix step by step from the current state." if i == 0 else "", c)
               for i, c in enumerate(solve_commands)]
     return steps
 
 
-def rows_for_task(task) -> list[dict]:
+def rows_for_task(task, look_around: tuple[str, ...] = (LOOK_AROUND,)) -> list[dict]:
+    """Rows for one recovery task: its fault_commands as attempt 1, two recovery styles."""
     from reterm_jax.sandbox import DockerSandbox, verify
 
     solve = split_commands(open(task.solution_dir / "solve.sh").read())
@@ -92,7 +95,7 @@ def rows_for_task(task) -> list[dict]:
         try:
             for style, branch in enumerate(snap.branch(2)):
                 with branch:
-                    recovery = run_turns(branch, recovery_steps(solve, style), 100)
+                    recovery = run_turns(branch, recovery_steps(solve, style, look_around), 100)
                     result = verify(branch, task)
                 if not result.resolved:
                     log.warning("%s style %d: recovery not verified (reward %s, %s)", task.name, style,

@@ -1,0 +1,67 @@
+"""`python -m reterm_jax.tasks generate|list`: seeded task families for training and held-out evaluation.
+
+    python -m reterm_jax.tasks generate --families=all --split=train --count=200 --seed=0 --out=DIR
+    python -m reterm_jax.tasks demos DIR/* --out=demos.jsonl     (train split only; needs Docker)
+    python -m reterm_jax.tasks list
+
+Check the result with `python -m reterm_jax.sandbox check DIR/*` (oracle 1, untouched 0, and
+for each fault: fault alone 0, fault then oracle 1).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from reterm_jax.tasks.families import FAMILIES
+from reterm_jax.tasks.generate import generate, parse_families
+from reterm_jax.tasks.pools import SPLITS
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m reterm_jax.tasks")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("generate", help="write generated task directories")
+    g.add_argument("--families", default="all", help=f"'all' or a comma list of: {', '.join(FAMILIES)}")
+    g.add_argument("--split", required=True, choices=SPLITS,
+                   help="train or heldout: the two draw their values from disjoint pools")
+    g.add_argument("--count", type=int, required=True, help="instances in all, spread evenly over the families")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--out", required=True, help="directory the task directories are written into")
+    g.add_argument("--overwrite", action="store_true", help="replace task directories that already exist")
+    d = sub.add_parser("demos", help="teacher recovery demonstrations (ReTerm-10K rows) in Docker")
+    d.add_argument("task_dirs", nargs="+", metavar="TASK_DIR")
+    d.add_argument("--out", required=True, help="JSONL file to write")
+    d.add_argument("--jobs", type=int, default=2, help="tasks run in parallel")
+    sub.add_parser("list", help="the families and their fault kinds")
+    args = parser.parse_args(argv)
+    if args.cmd == "list":
+        for f in FAMILIES.values():
+            print(f"{f.name}: {', '.join(f.kinds)}")
+        return 0
+    if args.cmd == "demos":
+        import logging
+        from reterm_jax.tasks.demos import build_demos
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+        try:
+            start = time.monotonic()
+            n = build_demos(args.task_dirs, args.out, jobs=args.jobs)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(f"wrote {n} rows from {len(args.task_dirs)} tasks to {args.out} in {time.monotonic() - start:.0f} s")
+        return 0
+    try:
+        families = parse_families(args.families)
+        start = time.monotonic()
+        dirs = generate(families, args.split, args.count, args.seed, args.out, overwrite=args.overwrite)
+    except (ValueError, FileExistsError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {len(dirs)} {args.split} tasks ({len(families)} families, seed {args.seed}) to {args.out} "
+          f"in {time.monotonic() - start:.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

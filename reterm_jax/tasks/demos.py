@@ -1,0 +1,67 @@
+"""Teacher demonstrations for generated train-split tasks, as ReTerm-10K rows.
+
+For every fault kind of an instance (task.toml's [metadata.generator.faults]), attempt 1 is
+that fault, run for real in Docker and kept only if the verifier says it failed; the recovery
+is the oracle's commands run in the failed state, once directly and once after the family's
+read-only inspection commands, kept only if the verifier then says solved
+(reterm_jax/assets/build_demo_dataset.py does the rendering). Held-out tasks are refused:
+their demonstrations would leak the evaluation into training.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import tomllib
+from pathlib import Path
+
+from reterm_jax.assets.build_demo_dataset import LOOK_AROUND, rows_for_task
+from reterm_jax.data.schema import validate_rows
+from reterm_jax.sandbox import SandboxPool, load_task
+
+log = logging.getLogger(__name__)
+
+
+def generator_meta(task_dir: str | Path) -> dict:
+    with open(Path(task_dir) / "task.toml", "rb") as f:
+        meta = tomllib.load(f).get("metadata", {}).get("generator")
+    if not meta:
+        raise ValueError(f"{task_dir} is not a generated task (task.toml has no [metadata.generator]); "
+                         "make tasks with `python -m reterm_jax.tasks generate`")
+    return meta
+
+
+def task_rows(task_dir: str | Path) -> list[dict]:
+    meta = generator_meta(task_dir)
+    task = load_task(task_dir)
+    look = tuple(meta.get("inspect") or ()) or (LOOK_AROUND,)
+    rows = []
+    for kind, commands in meta.get("faults", {meta["fault_kind"]: list(task.fault_commands)}).items():
+        new = rows_for_task(dataclasses.replace(task, fault_commands=tuple(commands)), look_around=look)
+        log.info("%s (%s): %d rows", task.name, kind, len(new))
+        rows += new
+    return rows
+
+
+def build_demos(task_dirs: list[str], out: str | Path, jobs: int = 2) -> int:
+    """Write the demonstration rows of `task_dirs` to `out` (JSONL); returns the row count."""
+    heldout = [d for d in task_dirs if generator_meta(d)["split"] != "train"]
+    if heldout:
+        raise ValueError(f"{len(heldout)} task(s) are not from the train split (e.g. {heldout[0]}); "
+                         "demonstrations are for training: pass train-split tasks only")
+    with SandboxPool(max_concurrency=jobs) as pool:
+        outcomes = pool.map(task_rows, task_dirs)
+    rows = []
+    for o in outcomes:
+        if o.ok:
+            rows += o.value
+        else:  # one broken instance must not lose the others' rows
+            log.error("%s: %s", o.item, o.error)
+    good, report = validate_rows(rows)
+    if report.invalid:
+        raise RuntimeError(f"{report.invalid} rows failed validation: {[str(e) for e in report.errors][:3]}")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return len(rows)

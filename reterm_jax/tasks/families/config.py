@@ -1,0 +1,93 @@
+"""Family `ini-retarget` (config files): move one section of an INI file to a new host and port.
+
+The config directory is a git repository, so a fault that rewrites more than the one section
+can be undone with git. The check compares the whole file with the expected text: every other
+section, key and comment must be as it was.
+"""
+from __future__ import annotations
+
+import random
+
+from reterm_jax.tasks.pools import pick
+from reterm_jax.tasks.spec import Instance
+
+KINDS = ("global-sed", "overwrite", "truncate-section")
+
+_EXTRA_KEYS = ("timeout", "pool_size", "retries", "max_conns")
+
+
+def _ini(app: str, sections: list[tuple[str, str, int, str, int]]) -> str:
+    out = [f"# {app} configuration. Managed by ops: keep comments and key order.", ""]
+    for name, host, port, key, value in sections:
+        out += [f"[{name}]", f"; {name} endpoint", f"host = {host}", f"port = {port}", f"{key} = {value}", ""]
+    return "\n".join(out)
+
+
+def make(rng: random.Random, split: str, kind: str) -> Instance:
+    app = pick(rng, "app", split)
+    names = pick(rng, "section", split, k=3)
+    hosts = pick(rng, "host", split, k=4)
+    domain = pick(rng, "domain", split)
+    ports = pick(rng, "port", split, k=4)
+    sections = [(n, f"{h}.{domain}", p, rng.choice(_EXTRA_KEYS), rng.randint(2, 60))
+                for n, h, p in zip(names, hosts, ports)]
+    target = rng.randrange(3)
+    section = names[target]
+    new_host, new_port = f"{hosts[3]}.{domain}", ports[3]
+    before = _ini(app, sections)
+    after_sections = list(sections)
+    n, _, _, key, value = sections[target]
+    after_sections[target] = (n, new_host, new_port, key, value)
+    after = _ini(app, after_sections)
+    instruction = (
+        f"The `{app}` service is moving its `{section}` backend to `{new_host}` port `{new_port}`.\n\n"
+        f"Update `/app/config/app.ini`: in the `[{section}]` section set `host` to `{new_host}` and "
+        f"`port` to `{new_port}`. Every other section, key, comment and blank line must stay exactly as "
+        "it is. `/app/config` is a git repository; do not commit the change.")
+    setup = f"""
+mkdir -p /app/config
+cat > /app/config/app.ini <<'INI'
+{before}INI
+cd /app/config
+git init -q -b main .
+git add app.ini
+GIT_AUTHOR_DATE='2026-01-05T09:00:00Z' GIT_COMMITTER_DATE='2026-01-05T09:00:00Z' \\
+  git -c user.name=ops -c user.email=ops@example.com commit -q -m 'app.ini for {app}'
+"""
+    edit = f"""python3 - <<'PY'
+import re
+path, section, out = "/app/config/app.ini", None, []
+for line in open(path):
+    m = re.match(r"\\[(.+)\\]\\s*$", line)
+    if m:
+        section = m.group(1)
+    elif section == "{section}" and re.match(r"host\\s*=", line):
+        line = "host = {new_host}\\n"
+    elif section == "{section}" and re.match(r"port\\s*=", line):
+        line = "port = {new_port}\\n"
+    out.append(line)
+open(path, "w").write("".join(out))
+PY"""
+    solve = f"""
+# restore the committed file first: a failed attempt may have rewritten more than one section
+git -C /app/config checkout -- app.ini
+{edit}
+"""
+    faults = {
+        "global-sed": (f"sed -i 's/^host = .*/host = {new_host}/; s/^port = .*/port = {new_port}/' "
+                       "/app/config/app.ini",),
+        "overwrite": (f"printf '[{section}]\\nhost = {new_host}\\nport = {new_port}\\n' > /app/config/app.ini",),
+        "truncate-section": (f"sed -i '/^\\[{section}\\]/,$d' /app/config/app.ini && "
+                             f"printf '[{section}]\\nhost = {new_host}\\nport = {new_port}\\n' >> /app/config/app.ini",),
+    }
+    check = """
+got = read("/app/config/app.ini")
+if got != E["after"]:
+    fail("app.ini differs from the expected file")
+"""
+    return Instance(
+        family="ini-retarget", category="config", instruction=instruction, setup=setup, solve=solve,
+        check=check, expect={"after": after}, fault_kind=kind, fault_commands=faults[kind],
+        inspect=("git -C /app/config status --short", "git -C /app/config diff --stat"),
+        params={"app": app, "section": names, "host": hosts, "domain": domain, "port": ports},
+        difficulty="easy", tags=("ini", "git"))

@@ -1,0 +1,113 @@
+"""The task generator (reterm_jax.tasks), without Docker: same seed same bytes, train and
+held-out values from disjoint pools, every family and fault kind, valid Harbor task dirs."""
+from __future__ import annotations
+
+import filecmp
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from reterm_jax.sandbox import load_task
+from reterm_jax.tasks.__main__ import main as cli
+from reterm_jax.tasks.families import FAMILIES
+from reterm_jax.tasks.generate import generate, parse_families
+from reterm_jax.tasks.pools import POOLS, SPLITS, part
+
+ALL = list(FAMILIES.values())
+COUNT = 3 * len(ALL)  # every family with each of its three fault kinds
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _generator_meta(task_dir: Path) -> dict:
+    with open(task_dir / "task.toml", "rb") as f:
+        return tomllib.load(f)["metadata"]["generator"]
+
+
+@pytest.fixture(scope="module")
+def splits(tmp_path_factory) -> dict[str, list[Path]]:
+    root = tmp_path_factory.mktemp("generated")
+    return {s: generate(ALL, s, COUNT, seed=7, out=root / s) for s in SPLITS}
+
+
+def test_at_least_eight_families_with_three_fault_kinds():
+    assert len(FAMILIES) >= 8
+    assert len({f.make.__name__ + f.make.__module__ for f in ALL}) == len(ALL)
+    for f in ALL:
+        assert len(set(f.kinds)) >= 3, f.name
+
+
+def test_pools_are_disjoint_and_cover_each_pool():
+    for name, items in POOLS.items():
+        train, heldout = set(part(name, "train")), set(part(name, "heldout"))
+        assert train and heldout, name
+        assert not train & heldout, name
+        assert train | heldout == set(items), name
+
+
+def test_same_seed_same_bytes_other_seed_other_tasks(tmp_path, splits):
+    again = generate(ALL, "train", COUNT, seed=7, out=tmp_path / "again")
+    assert [d.name for d in again] == [d.name for d in splits["train"]]
+    for a, b in zip(again, splits["train"]):
+        assert _files(a) == _files(b), a.name
+        assert filecmp.cmp(a / "solution/solve.sh", b / "solution/solve.sh", shallow=False)
+    other = generate(ALL, "train", COUNT, seed=8, out=tmp_path / "other")
+    differ = sum(_files(a) != _files(b) for a, b in zip(other, splits["train"]))
+    assert differ == COUNT
+
+
+def test_every_value_comes_from_its_splits_pool(splits):
+    used = {s: {} for s in SPLITS}
+    for split, dirs in splits.items():
+        for d in dirs:
+            meta = _generator_meta(d)
+            assert meta["split"] == split
+            for pool, value in meta["params"].items():
+                values = value if isinstance(value, list) else [value]
+                allowed = set(part(pool, split))
+                assert set(values) <= allowed, f"{d.name}: {pool}={values} not in its {split} pool"
+                used[split].setdefault(pool, set()).update(values)
+    for pool in used["train"]:
+        assert not used["train"][pool] & used["heldout"].get(pool, set()), pool
+
+
+def test_instances_cover_every_family_and_kind_and_load(splits):
+    for split, dirs in splits.items():
+        seen = set()
+        for d in dirs:
+            task = load_task(d)
+            meta = _generator_meta(d)
+            seen.add((meta["family"], meta["fault_kind"]))
+            assert task.fault_commands, d.name
+            assert (d / "environment/Dockerfile").read_text().startswith("FROM reterm/base:bookworm\n")
+            assert "reward.txt" in (d / "tests/test.sh").read_text()
+            # the instruction never leaks the verifier or the oracle
+            assert "/tests" not in task.instruction and "solve.sh" not in task.instruction
+        assert seen == {(f.name, k) for f in ALL for k in f.kinds}, split
+
+
+def test_held_out_instructions_never_repeat_a_train_one(splits):
+    train = {(d / "instruction.md").read_text() for d in splits["train"]}
+    assert not train & {(d / "instruction.md").read_text() for d in splits["heldout"]}
+
+
+def test_cli_writes_tasks_and_rejects_bad_input(tmp_path, capsys):
+    assert cli(["generate", "--families=photo-rename,ini-retarget", "--split=heldout", "--count=3",
+                "--seed=1", f"--out={tmp_path}"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "ini-retarget-heldout-s1-000", "photo-rename-heldout-s1-000", "photo-rename-heldout-s1-001"]
+    assert "wrote 3 heldout tasks" in capsys.readouterr().out
+    before = _files(tmp_path)
+    assert cli(["generate", "--families=photo-rename", "--split=heldout", "--count=1", "--seed=1",
+                f"--out={tmp_path}"]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert cli(["generate", "--families=photo-renam", "--split=train", "--count=1",
+                f"--out={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert "photo-renam" in err and "photo-rename" in err
+    assert _files(tmp_path) == before  # nothing was written or removed by the refused runs
+    with pytest.raises(ValueError, match="--count=0"):
+        generate(parse_families("all"), "train", 0, 0, tmp_path / "x")

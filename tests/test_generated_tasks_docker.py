@@ -1,0 +1,52 @@
+"""Generated tasks in real Docker: one instance of every family (the fault kinds rotate),
+from the held-out split, passes the same check as the bundled recovery tasks: oracle 1,
+untouched 0, fault alone 0, fault then oracle 1."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from reterm_jax.sandbox import check_tasks
+from reterm_jax.tasks.families import FAMILIES
+from reterm_jax.tasks.generate import generate
+
+pytestmark = pytest.mark.docker
+
+
+def test_one_instance_per_family_passes_check(docker_client, tmp_path):
+    families = list(FAMILIES.values())
+    dirs = generate(families, "heldout", 3 * len(families), seed=3, out=tmp_path)
+    # instance i is family i mod F with kind i div F: take family f's instance of kind f mod 3
+    picked = [dirs[(f % 3) * len(families) + f] for f in range(len(families))]
+    rows = check_tasks([str(d) for d in picked], jobs=2)
+    bad = [f"{r.task}: oracle={r.oracle_reward} untouched={r.untouched_reward} fault={r.fault_reward} "
+           f"fault+oracle={r.recovered_reward} {r.problem}" for r in rows if not r.ok]
+    assert not bad, "\n".join(bad)
+    assert len(rows) == len(FAMILIES) and all(r.recovery for r in rows)
+
+
+def test_demonstrations_of_a_train_instance(docker_client, tmp_path):
+    from reterm_jax.data.schema import validate_rows
+    from reterm_jax.tasks.demos import build_demos
+    (task,) = generate([FAMILIES["ini-retarget"]], "train", 1, seed=5, out=tmp_path / "train")
+    out = tmp_path / "demos.jsonl"
+    n = build_demos([str(task)], out, jobs=2)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert n == len(rows) == 6  # 3 fault kinds x (plain, inspect-first) recoveries
+    good, report = validate_rows(rows)
+    assert report.invalid == 0 and len({r["id"] for r in rows}) == 6
+    inspect_first = 0
+    for row in rows:
+        assert row["verified_rewards"] == {"attempt_1": 0.0, "recovery": 1.0}
+        commands = [json.loads(m["tool_calls"][0]["function"]["arguments"])["command"]
+                    for m in row["messages"][row["train_from_message_index"]:] if m.get("tool_calls")]
+        assert any("checkout -- app.ini" in c for c in commands), commands  # the oracle's restore
+        inspect_first += commands[0] == "git -C /app/config status --short"  # the family's inspection
+    assert inspect_first == 3
+    faults = {json.loads(r["messages"][2]["tool_calls"][0]["function"]["arguments"])["command"] for r in rows}
+    assert len(faults) == 3  # the three fault kinds, each run for real as attempt 1
+    (held,) = generate([FAMILIES["ini-retarget"]], "heldout", 1, seed=5, out=tmp_path / "heldout")
+    with pytest.raises(ValueError, match="not from the train split"):
+        build_demos([str(held)], tmp_path / "no.jsonl")
+    assert not (tmp_path / "no.jsonl").exists()
