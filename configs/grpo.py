@@ -66,6 +66,8 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c.rollout.collect_batch = 2     # fresh attempts per bank-filling round
     c.rollout.explore = 0.0         # probability of a bank-filling round before a group anyway
     c.rollout.workers = 1           # background rollout threads (0: sample inline, in the train loop)
+    c.rollout.param_dtype = ""      # the samplers' weights: "" = the trainer's params as they are (fp32),
+    #                                 "bfloat16": a bf16 copy per policy version (half the bytes per decode step)
 
     c.bank = ml_collections.ConfigDict()
     c.bank.max_entries = 64         # failure states kept (oldest pruned first)
@@ -142,6 +144,7 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
         c.model.remat = "block"     # one saved input per 4-layer block: 256k-token rows fit (docs/plan.md)
         c.env.tasks = ""            # required: --config.env.tasks='/data/tasks/*'
         c.rollout.group_size = 8    # G = 8 recovery attempts per failure state
+        c.rollout.param_dtype = "bfloat16"  # decode reads bf16 weights, not the fp32 masters
         c.rollout.temperature = 1.0
         # the paper's 256k-token task budget per attempt (failed history + recovery)
         c.rollout.max_turns = 100

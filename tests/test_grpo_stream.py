@@ -396,6 +396,23 @@ def test_synthetic_producer_inline(tiny):
     assert sampler_with(sampler, None).params is sampler.params
 
 
+def test_policy_store_publishes_an_inference_dtype_copy(tiny):
+    """dtype=bf16: every floating leaf is published as a bf16 copy of the trainer's value (ints as
+    they are), and a sampler samples with it."""
+    model, sampler = tiny
+    params = nnx.state(model)
+    store = PolicyStore(0, params, dtype=jnp.bfloat16)
+    _, published = store.latest()
+    pairs = list(zip(jax.tree.leaves(published), jax.tree.leaves(params)))
+    assert any(jnp.issubdtype(b.dtype, jnp.floating) for _, b in pairs)
+    for a, b in pairs:
+        assert a.dtype == (jnp.bfloat16 if jnp.issubdtype(b.dtype, jnp.floating) else b.dtype)
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b.astype(a.dtype)))
+    s = sampler_with(sampler, published)
+    state, gen = s.generate(s.extend(s.init(1), [PROMPT]), jax.random.key(0), SamplingParams(0.0), 4)
+    assert len(gen.tokens[0]) == 4 or gen.stopped[0]
+
+
 # ---- the recovery prompt: failed tokens + retry turn, token in / token out -----------------------
 def test_retry_turn_text_matches_the_chat_template():
     history = initial_messages("Make out.txt.")

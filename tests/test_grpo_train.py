@@ -260,6 +260,10 @@ def test_presets_check_and_match_the_sft_model():
     c.rollout.max_tokens = c.train.seq_len + 1
     with pytest.raises(ValueError, match="must fit one training row"):
         check_config(c, 1)
+    c = grpo_config.get_config("tiny")
+    c.rollout.param_dtype = "bf16"
+    with pytest.raises(ValueError, match="rollout.param_dtype='bf16'.*'bfloat16'"):
+        check_config(c, 1)
 
 
 def test_a_step_without_signal_changes_nothing(tmp_path, monkeypatch):

@@ -47,6 +47,19 @@ class Cache:
         return self.segment_ids.shape[1]
 
 
+# Logical axis names of each cache leaf (reterm_jax.parallel.rules turns them into shardings): rows
+# over the data-parallel axes, K/V heads and DeltaNet channels / heads over tensor.
+ATTENTION_AXES = AttentionCache(keys=("batch", None, "kv_heads", None), values=("batch", None, "kv_heads", None))
+DELTANET_AXES = DeltaNetCache(conv=("batch", None, "linear_qkv"), state=("batch", "linear_heads", None, None))
+
+
+def cache_axes(cache: Cache) -> Cache:
+    """The same tree as `cache` with a tuple of logical axis names per leaf."""
+    layers = tuple(ATTENTION_AXES if isinstance(layer, AttentionCache) else DELTANET_AXES for layer in cache.layers)
+    return Cache(layers=layers, index=(), segment_ids=("batch", None), last_segment=("batch",),
+                 next_position=("batch",))
+
+
 def init_cache(config: Qwen3_5Config, batch_size: int, max_length: int, dtype=jnp.float32) -> Cache:
     """An empty cache for `batch_size` rows and up to `max_length` tokens per row."""
     layers = []

@@ -31,9 +31,17 @@ shapes; `generate` compiles once
 per (batch, max_new_tokens, SamplingParams) and runs a `lax.while_loop` that stops as soon as
 every row is done. Logits come from `model.logits` on the model's hidden states, the same
 code the trainer's full forward uses, and log-probs from `sampling.token_logprobs` math.
+
+Sharded sampling (`mesh=`): the state's rows go over the data-parallel axes and the cache's K/V
+heads and DeltaNet channels over `tensor`, by the logical-axis rules (model/cache.py
+`cache_axes`, parallel/rules.py); every call is traced under the mesh and constrains the state
+it returns to that layout, so no device holds the whole cache. `param_dtype=` keeps the
+sampler's own copy of the weights in the inference dtype (bf16 on the 9B presets: half the
+bytes each decode step reads); `update_params` casts each new version once.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Sequence
 from functools import partial
@@ -43,7 +51,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx, struct
 
-from reterm_jax.model.cache import Cache, init_cache
+from reterm_jax.model.cache import Cache, cache_axes, init_cache
+from reterm_jax.parallel.rules import logical_to_sharding
 from reterm_jax.rl.sampling import SamplingParams, sampling_logprobs
 
 ROW_SEGMENT = 1  # each row holds one sequence; 0 marks padding
@@ -69,6 +78,34 @@ class Generation:
     steps: int               # decode steps the loop ran (cache slots used)
 
 
+def _is_axes(x) -> bool:
+    return isinstance(x, tuple) and all(a is None or isinstance(a, str) for a in x)
+
+
+def state_shardings(state: SamplerState, mesh, rules=None) -> SamplerState:
+    """A NamedSharding per leaf of `state` (concrete or jax.eval_shape'd), from the logical axes:
+    rows over the data-parallel axes, K/V heads and DeltaNet channels over tensor."""
+    axes = SamplerState(cache=cache_axes(state.cache), tokens=("batch", None), last_logits=("batch", "vocab"))
+    leaves, treedef = jax.tree.flatten(state)
+    names = jax.tree.leaves(axes, is_leaf=_is_axes)
+    return treedef.unflatten([logical_to_sharding(n, mesh, rules, shape=x.shape) for n, x in zip(names, leaves)])
+
+
+def cast_params(params, dtype):
+    """`params` with floating leaves in `dtype` (new buffers); None: unchanged."""
+    if dtype is None:
+        return params
+    dtype = jnp.dtype(dtype)
+
+    def one(x):
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            return x
+        if isinstance(x, jax.ShapeDtypeStruct):  # abstract params (AOT planning)
+            return jax.ShapeDtypeStruct(x.shape, dtype, sharding=x.sharding)
+        return x.astype(dtype)
+    return jax.tree.map(one, params)
+
+
 # Tokens per model call when `extend` appends a long piece (a prefill of the failed history).
 PREFILL_CHUNK = 4096
 
@@ -85,7 +122,8 @@ def bucket_length(n: int, min_bucket: int = 16) -> int:
 class Sampler:
     def __init__(self, model: nnx.Module, *, stop_ids: Sequence[int], pad_id: int, max_length: int,
                  min_bucket: int = 16, cache_dtype=None, donate: bool | None = None,
-                 prefill_chunk: int = PREFILL_CHUNK, share_prefills: bool = True):
+                 prefill_chunk: int = PREFILL_CHUNK, share_prefills: bool = True, mesh=None, rules=None,
+                 param_dtype=None):
         """donate: let XLA reuse the cache buffers of the state passed to `extend` / `generate`
         (that state is then invalid: always continue from the returned one). Default: on
         accelerators only (the CPU backend cannot donate). False keeps old states usable, e.g.
@@ -96,7 +134,10 @@ class Sampler:
         share_prefills: a prefill (the first `extend` of a fresh state) whose rows repeat the same
         piece computes each distinct piece once and copies its cache into the rows that share it
         (a GRPO group's G attempts share their failed history): the model-side twin of the
-        sandbox's snapshot/branch. False prefills every row."""
+        sandbox's snapshot/branch. False prefills every row.
+        mesh / rules: shard the state over this mesh by the logical-axis rules (default
+        parallel/rules.py LOGICAL_RULES); None: wherever the inputs are (one device).
+        param_dtype: the dtype of the sampler's weights (e.g. jnp.bfloat16); None: the model's."""
         self.config = model.config
         graphdef, params = nnx.split(model)
         # Decoding keeps no activations for a backward pass, so remat only costs time; and the
@@ -104,7 +145,10 @@ class Sampler:
         # its own copy of the module structure with remat off (the caller's model is untouched).
         copy = nnx.merge(graphdef, params)
         copy.model.remat = False
-        self.graphdef, self.params = nnx.split(copy)
+        self.graphdef, params = nnx.split(copy)
+        self.param_dtype = None if param_dtype is None else jnp.dtype(param_dtype)
+        self.params = cast_params(params, self.param_dtype)
+        self.mesh, self.rules = mesh, rules
         self.stop_ids = tuple(int(s) for s in stop_ids)
         self.pad_id = int(pad_id)
         self.max_length = int(max_length)
@@ -115,18 +159,34 @@ class Sampler:
         if donate is None:
             donate = jax.default_backend() != "cpu"
         donated = (1,) if donate else ()  # argument 1 is the SamplerState
-        self._extend = jax.jit(partial(_extend, self.graphdef), donate_argnums=donated)
-        self._generate = jax.jit(partial(_generate, self.graphdef, self.stop_ids, self.pad_id),
+        constrain = partial(_constrain, mesh, rules)
+        self._inits: dict[int, object] = {}
+        self._take_rows = jax.jit(partial(_take_rows, constrain))
+        self._extend = jax.jit(partial(_extend, self.graphdef, constrain), donate_argnums=donated)
+        self._generate = jax.jit(partial(_generate, self.graphdef, self.stop_ids, self.pad_id, constrain),
                                  static_argnames=("params", "width"), donate_argnums=donated)
 
     def update_params(self, model: nnx.Module) -> None:
         """Take the current weights (after a training step); shapes must not change."""
-        self.params = nnx.state(model)
+        self.params = cast_params(nnx.state(model), self.param_dtype)
 
-    def init(self, batch_size: int) -> SamplerState:
+    def _traced(self):
+        """The mesh context calls trace under (the decoder's row constraints read it)."""
+        return jax.set_mesh(self.mesh) if self.mesh is not None else contextlib.nullcontext()
+
+    def _fresh(self, batch_size: int) -> SamplerState:
         cache = init_cache(self.config, batch_size, self.max_length, self.cache_dtype)
         return SamplerState(cache=cache, tokens=jnp.full((batch_size, self.max_length), self.pad_id, jnp.int32),
                             last_logits=jnp.zeros((batch_size, self.config.vocab_size), jnp.float32))
+
+    def init(self, batch_size: int) -> SamplerState:
+        if self.mesh is None:
+            return self._fresh(batch_size)
+        # allocated in place on each device (never a whole cache on one device first)
+        if batch_size not in self._inits:
+            shardings = state_shardings(jax.eval_shape(partial(self._fresh, batch_size)), self.mesh, self.rules)
+            self._inits[batch_size] = jax.jit(partial(self._fresh, batch_size), out_shardings=shardings)
+        return self._inits[batch_size]()
 
     def remaining(self, state: SamplerState) -> int:
         """Cache slots still free (shared by all rows)."""
@@ -146,7 +206,8 @@ class Sampler:
             if len(distinct) < batch:
                 rows = [distinct.index(tuple(p) if p else ()) for p in pieces]
                 shared = self.extend(self.init(len(distinct)), [list(p) or None for p in distinct])
-                return _take_rows(shared, jnp.asarray(rows, jnp.int32))
+                with self._traced():
+                    return self._take_rows(shared, jnp.asarray(rows, jnp.int32))
         chunk = self.prefill_chunk
         if 0 < chunk < longest:
             # Each row's tokens stay contiguous: a row shorter than a chunk is padded after its
@@ -178,7 +239,8 @@ class Sampler:
             if piece:
                 ids[r, :len(piece)] = piece
                 seg[r, :len(piece)] = ROW_SEGMENT
-        return self._extend(self.params, state, jnp.asarray(ids), jnp.asarray(seg))
+        with self._traced():
+            return self._extend(self.params, state, jnp.asarray(ids), jnp.asarray(seg))
 
     def generate(self, state: SamplerState, key: jax.Array, params: SamplingParams, max_new_tokens: int,
                  *, active: Sequence[bool] | None = None, row_limits: Sequence[int] | None = None,
@@ -188,6 +250,20 @@ class Sampler:
         for row r instead of sampling (its log-probs are still the sampler's); the row stops
         after them or at a stop token among them."""
         batch = state.tokens.shape[0]
+        args = self._generate_args(batch, max_new_tokens, active, row_limits, forced)
+        steps_allowed = min(max_new_tokens, self.remaining(state))
+        with self._traced():
+            state, out, logp, length, stopped, steps = self._generate(
+                self.params, state, key, *args, jnp.asarray(steps_allowed, jnp.int32), params=params,
+                width=max_new_tokens)
+        out, logp, length, stopped = (np.asarray(x) for x in (out, logp, length, stopped))
+        return state, Generation(
+            tokens=[out[r, :length[r]].tolist() for r in range(batch)],
+            logprobs=[logp[r, :length[r]].tolist() for r in range(batch)],
+            stopped=[bool(s) for s in stopped], steps=int(steps))
+
+    def _generate_args(self, batch: int, max_new_tokens: int, active, row_limits, forced):
+        """(active, limits, forced ids, has_forced) as device arrays for `_generate`."""
         active = np.ones(batch, bool) if active is None else np.asarray(active, bool)
         limits = np.full(batch, max_new_tokens, np.int32)
         if row_limits is not None:
@@ -201,15 +277,23 @@ class Sampler:
                 forced_ids[r, :len(f)] = f
                 has_forced[r] = True
                 limits[r] = min(limits[r], len(f))
-        steps_allowed = min(max_new_tokens, self.remaining(state))
-        state, out, logp, length, stopped, steps = self._generate(
-            self.params, state, key, jnp.asarray(active), jnp.asarray(limits), jnp.asarray(forced_ids),
-            jnp.asarray(has_forced), jnp.asarray(steps_allowed, jnp.int32), params=params, width=max_new_tokens)
-        out, logp, length, stopped = (np.asarray(x) for x in (out, logp, length, stopped))
-        return state, Generation(
-            tokens=[out[r, :length[r]].tolist() for r in range(batch)],
-            logprobs=[logp[r, :length[r]].tolist() for r in range(batch)],
-            stopped=[bool(s) for s in stopped], steps=int(steps))
+        return tuple(jnp.asarray(x) for x in (active, limits, forced_ids, has_forced))
+
+    def lower_generate(self, state: SamplerState, params: SamplingParams, max_new_tokens: int):
+        """`generate`'s jitted loop lowered for `state` (concrete, or jax.ShapeDtypeStruct leaves
+        with shardings, e.g. for AOT memory analysis on fake devices): `.compile()` it to read
+        its memory_analysis() or its HLO's collectives."""
+        args = self._generate_args(state.tokens.shape[0], max_new_tokens, None, None, None)
+        with self._traced():
+            return self._generate.lower(self.params, state, jax.random.key(0), *args,
+                                        jnp.asarray(max_new_tokens, jnp.int32), params=params, width=max_new_tokens)
+
+    def lower_extend(self, state: SamplerState, width: int):
+        """`extend`'s model call for a `width`-token piece per row, lowered (as lower_generate)."""
+        batch = state.tokens.shape[0]
+        ids = jax.ShapeDtypeStruct((batch, width), jnp.int32)
+        with self._traced():
+            return self._extend.lower(self.params, state, ids, ids)
 
     def contexts(self, state: SamplerState) -> list[np.ndarray]:
         """Per row, the tokens in its cache slots (padding dropped), in order."""
@@ -217,14 +301,20 @@ class Sampler:
         return [tokens[r][seg[r] != 0] for r in range(tokens.shape[0])]
 
 
-@jax.jit
-def _take_rows(state: SamplerState, rows: jax.Array) -> SamplerState:
+def _take_rows(constrain, state: SamplerState, rows: jax.Array) -> SamplerState:
     """The state whose row r is row rows[r] of `state` (cache, tokens, logits; the write index is shared)."""
     take = lambda x: jnp.take(x, rows, axis=0)
     cache = state.cache
     cache = cache.replace(layers=jax.tree.map(take, cache.layers), segment_ids=take(cache.segment_ids),
                           last_segment=take(cache.last_segment), next_position=take(cache.next_position))
-    return SamplerState(cache=cache, tokens=take(state.tokens), last_logits=take(state.last_logits))
+    return constrain(SamplerState(cache=cache, tokens=take(state.tokens), last_logits=take(state.last_logits)))
+
+
+def _constrain(mesh, rules, state: SamplerState) -> SamplerState:
+    """`state` pinned to its sharded layout (no-op without a mesh)."""
+    if mesh is None:
+        return state
+    return jax.lax.with_sharding_constraint(state, state_shardings(state, mesh, rules))
 
 
 def _forward(graphdef, params, ids, positions, segment_ids, cache):
@@ -233,7 +323,7 @@ def _forward(graphdef, params, ids, positions, segment_ids, cache):
     return model, hidden, cache
 
 
-def _extend(graphdef, params, state: SamplerState, ids, seg) -> SamplerState:
+def _extend(graphdef, constrain, params, state: SamplerState, ids, seg) -> SamplerState:
     cache = state.cache
     width = ids.shape[1]
     positions = cache.next_position[:, None] + jnp.cumsum(seg != 0, axis=1) - 1
@@ -245,10 +335,10 @@ def _extend(graphdef, params, state: SamplerState, ids, seg) -> SamplerState:
     h_last = jnp.take_along_axis(hidden, jnp.maximum(last, 0)[:, None, None], axis=1)
     logits = model.logits(h_last)[:, 0]
     last_logits = jnp.where((last >= 0)[:, None], logits, state.last_logits)
-    return SamplerState(cache=cache, tokens=tokens, last_logits=last_logits)
+    return constrain(SamplerState(cache=cache, tokens=tokens, last_logits=last_logits))
 
 
-def _generate(graphdef, stop_ids, pad_id, params_tree, state: SamplerState, key, active, limits, forced,
+def _generate(graphdef, stop_ids, pad_id, constrain, params_tree, state: SamplerState, key, active, limits, forced,
               has_forced, steps_allowed, *, params: SamplingParams, width: int):
     batch = active.shape[0]
     stop = jnp.asarray(stop_ids, jnp.int32)
@@ -277,12 +367,12 @@ def _generate(graphdef, stop_ids, pad_id, params_tree, state: SamplerState, key,
         tokens = jax.lax.dynamic_update_slice(st.tokens, tok[:, None], (0, st.cache.index))
         model, hidden, cache = _forward(graphdef, params_tree, tok[:, None], pos, seg, st.cache)
         logits = model.logits(hidden)[:, 0]
-        st = SamplerState(cache=cache, tokens=tokens,
-                          last_logits=jnp.where(running[:, None], logits, st.last_logits))
+        st = constrain(SamplerState(cache=cache, tokens=tokens,
+                                    last_logits=jnp.where(running[:, None], logits, st.last_logits)))
         done = done | hit_stop | (length >= limits)
         return step + 1, st, key, out, out_logp, length, stopped | hit_stop, done
 
-    init = (jnp.zeros((), jnp.int32), state, key, jnp.full((batch, width), pad_id, jnp.int32),
+    init = (jnp.zeros((), jnp.int32), constrain(state), key, jnp.full((batch, width), pad_id, jnp.int32),
             jnp.zeros((batch, width), jnp.float32), jnp.zeros((batch,), jnp.int32),
             jnp.zeros((batch,), bool), ~active | (limits <= 0))
     step, state, _, out, out_logp, length, stopped, _ = jax.lax.while_loop(cond, body, init)

@@ -90,6 +90,9 @@ def check_config(config, n_data_parallel: int | None = None) -> None:
         check_sampling(r.temperature, r.top_k, r.top_p)
     except ValueError as e:
         raise UserError(str(e)) from None
+    if r.get("param_dtype", "") not in ("", "float32", "bfloat16", "float16"):
+        raise UserError(f"--config.rollout.param_dtype={r.param_dtype!r}: use '' (the trainer's params), "
+                        "'bfloat16' or 'float32'")
     rows = s.groups_per_step * r.group_size
     if rows % t.micro_batches:
         raise UserError(f"stream.groups_per_step x rollout.group_size = {rows} rows must be a multiple of "
@@ -393,9 +396,16 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
 
     # ---- 3. the rollout side: policy store, sampler, producers, workers, stream ---------------------------
     version = resumed["policy_version"] if resumed else start
-    store = PolicyStore(version, state.params)
+    # the samplers' weights: one copy per policy version, in rollout.param_dtype (bf16 on the 9B preset)
+    inference_dtype = parse_dtype(config.rollout.param_dtype, "rollout.param_dtype") \
+        if config.rollout.get("param_dtype") else None
+    store = PolicyStore(version, state.params, dtype=inference_dtype)
+    # one process: the samplers' state is split over the trainer's mesh (rows over data x fsdp,
+    # K/V heads over tensor); several processes sample on host-local copies (policy_store.py)
+    sampler_mesh = mesh if mesh.size > 1 and jax.process_count() == 1 else None
     sampler = Sampler(nnx.merge(graphdef, store.latest()[1]), stop_ids=[i for i in ids.stop if i < vocab],
-                      pad_id=ids.pad if ids.pad < vocab else 0, max_length=config.rollout.cache_length)
+                      pad_id=ids.pad if ids.pad < vocab else 0, max_length=config.rollout.cache_length,
+                      mesh=sampler_mesh)
     n_workers = config.rollout.workers
     producers, bank = make_producers(config, workdir, sampler, tokenizer, max(1, n_workers))
     seed = rollout_seed(config.seed, start)  # the process index folded in: each process samples its own
