@@ -9,7 +9,8 @@ Parameters, optimizer state and gradients are exact (shard shapes from the one r
 reterm_jax.parallel.rules); activations and rollout caches are formulas (docs/plan.md).
 `--compile` ahead-of-time compiles the real train step (train/step.py) for `--devices` fake CPU
 devices in a subprocess (XLA_FLAGS must be set before jax is imported) and prints
-`compiled.memory_analysis()` beside the estimate, and the lower/compile times.
+`compiled.memory_analysis()` beside the estimate, and the lower/compile times; for a GRPO
+config also one rollout worker's sampler (decode loop and prefill chunk, reterm_jax/plan_rollout.py).
 """
 from __future__ import annotations
 
@@ -140,14 +141,18 @@ def estimate(cfg, n_devices: int, *, rollout_batch: int = 0, rollout_len: int = 
                           + batch_bytes)
     if cfg.get("mode") == "grpo":
         # Beside the train state on the same devices: the PolicyStore's published copy of the
-        # params (same sharding, what the samplers read), the frozen reference when kl_coef > 0, and
-        # the samplers' caches, which today come back replicated: every device holds every row at
-        # full width (the rollout-engine issue shards them).
-        out["policy_copy"] = param_bytes
+        # params (same sharding, in rollout.param_dtype: what the samplers read), the frozen
+        # reference when kl_coef > 0, and the samplers' caches: each worker's rows split over
+        # data x fsdp (as far as they divide) and K/V heads over tensor (rl/sampler.py).
+        inference = jnp.dtype(cfg.rollout.get("param_dtype") or param_dtype)
+        out["policy_copy"] = param_bytes * inference.itemsize / param_dtype.itemsize
         out["reference"] = param_bytes if cfg.loss.kl_coef > 0 else 0
         out["rollout_rows"] = rollout_batch
-        out["rollout_cache"] = rollout_cache_bytes(config, rollout_batch, rollout_len, dtype.itemsize, 1) \
-            if rollout_batch else 0
+        workers = max(1, cfg.rollout.workers)
+        per_worker = math.ceil(rollout_batch / workers)
+        split = next((d for d in (sizes["data"] * sizes["fsdp"], sizes["data"]) if per_worker % d == 0), 1)
+        out["rollout_cache"] = workers * rollout_cache_bytes(config, per_worker // split, rollout_len,
+                                                             dtype.itemsize, tp) if rollout_batch else 0
         out["grpo_total"] = out["train_total"] + out["policy_copy"] + out["reference"] + out["rollout_cache"]
     elif rollout_batch:
         out["rollout_cache"] = rollout_cache_bytes(config, math.ceil(rollout_batch / n_dp), rollout_len,
@@ -334,14 +339,18 @@ def aot_compile(cfg, scan_layers: bool = True) -> dict:
                 devices=mesh.size, scan_layers=scan_layers)
 
 
-def compile_in_subprocess(cfg, n_devices: int, scan_layers: bool = True, timeout: float | None = None) -> dict:
-    """aot_compile on `n_devices` fake CPU devices in a fresh interpreter (XLA_FLAGS has to be set
-    before jax is imported, so it cannot be this process)."""
+def compile_in_subprocess(cfg, n_devices: int, scan_layers: bool = True, timeout: float | None = None,
+                          what: str = "train") -> dict:
+    """aot_compile (what="train") or plan_rollout.aot_compile_rollout (what="rollout": one GRPO
+    worker's sampler) on `n_devices` fake CPU devices in a fresh interpreter (XLA_FLAGS has to be
+    set before jax is imported, so it cannot be this process)."""
     env = dict(os.environ, JAX_PLATFORMS="cpu",
                XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={n_devices}")
+    call = f"aot_compile(cfg, {scan_layers!r})" if what == "train" else "aot_compile_rollout(cfg)"
     code = ("import json, sys, ml_collections; from reterm_jax.plan import aot_compile; "
+            "from reterm_jax.plan_rollout import aot_compile_rollout; "
             "cfg = ml_collections.ConfigDict(json.loads(sys.stdin.read())); "
-            f"print('PLAN_RESULT ' + json.dumps(aot_compile(cfg, {scan_layers!r})))")
+            f"print('PLAN_RESULT ' + json.dumps({call}))")
     proc = subprocess.run([sys.executable, "-c", code], input=cfg.to_json(), env=env, capture_output=True,
                           text=True, timeout=timeout)
     lines = [l for l in proc.stdout.splitlines() if l.startswith("PLAN_RESULT ")]
@@ -353,7 +362,8 @@ def compile_in_subprocess(cfg, n_devices: int, scan_layers: bool = True, timeout
 # ------------------------------------------------------------------------------ report
 
 
-def report(cfg, n_devices: int, est: dict, hbm: float, compiled: dict | None = None) -> str:
+def report(cfg, n_devices: int, est: dict, hbm: float, compiled: dict | None = None,
+           rollout: dict | None = None) -> str:
     gb = lambda x: f"{x / GB:9.2f} GB"
     grpo = "grpo_total" in est
     lines = [f"per-device memory plan{' (GRPO: groups_per_step x group_size trajectories per step)' if grpo else ''}: "
@@ -375,7 +385,8 @@ def report(cfg, n_devices: int, est: dict, hbm: float, compiled: dict | None = N
         lines += [f"  policy copy      {gb(est['policy_copy'])}   (the published params the samplers read)",
                   f"  reference model  {gb(est['reference'])}   (frozen warm start; 0 when loss.kl_coef = 0)",
                   f"  rollout caches   {gb(est['rollout_cache'])}   ({est['rollout_rows']} rows x "
-                  f"{cfg.rollout.cache_length} tokens, replicated on every device today)",
+                  f"{cfg.rollout.cache_length} tokens over {max(1, cfg.rollout.workers)} worker(s); rows over "
+                  "data x fsdp, K/V heads over tensor)",
                   f"  GRPO total       {gb(est['grpo_total'])}   of {hbm / GB:.0f} GB HBM "
                   f"({100 * est['grpo_total'] / hbm:.0f}%){'  DOES NOT FIT' if est['grpo_total'] > hbm else ''}"]
     elif "rollout_cache" in est:
@@ -397,7 +408,11 @@ def report(cfg, n_devices: int, est: dict, hbm: float, compiled: dict | None = N
             - compiled["alias_size_in_bytes"] + compiled["temp_size_in_bytes"]
         lines.append(f"  total            {gb(total)}   estimate {gb(args_est + temp_est)}  "
                      f"ratio {total / (args_est + temp_est):.3f}")
+        if rollout:
+            from reterm_jax.plan_rollout import rollout_report
+            lines += rollout_report(cfg, rollout, total, hbm)
     return "\n".join(lines)
+
 
 
 def _hbm(value: str) -> float:
@@ -440,7 +455,8 @@ def main(argv):
         rollout_len = FLAGS.rollout_len or rollout.get("max_tokens", 0) or cfg.data.seq_len
     est = estimate(cfg, n, rollout_batch=rollout_batch, rollout_len=rollout_len, scan_layers=FLAGS.scan_layers)
     compiled = compile_in_subprocess(cfg, n, FLAGS.scan_layers) if FLAGS.compile else None
-    print(report(cfg, n, est, hbm, compiled))
+    rollout = compile_in_subprocess(cfg, n, what="rollout") if FLAGS.compile and grpo else None
+    print(report(cfg, n, est, hbm, compiled, rollout))
     if peak_bytes(est) > hbm:
         for line in advice(cfg, n, hbm, rollout_batch=rollout_batch, rollout_len=rollout_len,
                            scan_layers=FLAGS.scan_layers, preset_name=FLAGS.preset):

@@ -103,7 +103,8 @@ def test_estimate_agrees_with_xla_memory_analysis():
 
 def test_grpo_configs_are_planned_with_their_own_rows():
     """A GRPO config: groups_per_step x group_size rows of train.seq_len, the published policy
-    copy, the reference only when kl_coef > 0, and the samplers' (replicated) caches."""
+    copy (bf16 on the 9B preset), the reference only when kl_coef > 0, and the samplers' caches:
+    each worker's rows over data x fsdp, K/V heads over tensor."""
     import grpo as grpo_config
     from reterm_jax.plan import grpo_rollout_rows, train_view
     c = grpo_config.get_config("qwen3_5_9b")
@@ -113,12 +114,36 @@ def test_grpo_configs_are_planned_with_their_own_rows():
     rows = grpo_rollout_rows(view)
     assert rows == c.rollout.workers * max(c.rollout.group_size, c.rollout.collect_batch)
     est = estimate(view, 8, rollout_batch=rows, rollout_len=c.rollout.cache_length)
-    assert est["policy_copy"] == est["params"] and est["reference"] == 0
-    assert est["rollout_cache"] == rollout_cache_bytes(plan_model_config(c.model), rows, c.rollout.cache_length, 2, 1)
-    assert est["grpo_total"] == pytest.approx(est["train_total"] + est["params"] + est["rollout_cache"])
+    assert c.rollout.param_dtype == "bfloat16" and c.model.param_dtype == "float32"
+    assert est["policy_copy"] == est["params"] / 2 and est["reference"] == 0
+    mesh = est["mesh"]
+    per_worker = rows // c.rollout.workers
+    assert per_worker % (mesh["data"] * mesh["fsdp"]) == 0
+    assert est["rollout_cache"] == c.rollout.workers * rollout_cache_bytes(
+        plan_model_config(c.model), per_worker // (mesh["data"] * mesh["fsdp"]), c.rollout.cache_length, 2,
+        mesh["tensor"])
+    assert est["grpo_total"] == pytest.approx(est["train_total"] + est["params"] / 2 + est["rollout_cache"])
     with view.unlocked():
         view.loss.kl_coef = 0.1
     assert estimate(view, 8, rollout_batch=rows, rollout_len=c.rollout.cache_length)["reference"] == est["params"]
+
+
+def test_compiled_rollout_worker_keeps_its_cache_split():
+    """One tiny GRPO worker's sampler compiled on 8 fake devices (fsdp=4, tensor=2): the cache per
+    device is what the planner's formula says (plus the sampler's token record and logits), and
+    no collective in the decode loop moves it."""
+    import grpo as grpo_config
+    from reterm_jax.plan import train_view
+    from reterm_jax.plan_rollout import worker_rows
+    c = train_view(grpo_config.get_config("tiny"))
+    c.mesh.fsdp, c.mesh.tensor = 4, 2
+    got = compile_in_subprocess(c, 8, what="rollout", timeout=600)
+    rows = worker_rows(c)
+    assert got["rows"] == rows == 4 and got["mesh"] == {"data": 1, "fsdp": 4, "tensor": 2}
+    formula = rollout_cache_bytes(plan_model_config(c.model), rows // 4, c.rollout.cache_length, 4, 2)
+    assert 1.0 <= got["cache_bytes"] / formula < 1.2, (got["cache_bytes"], formula)
+    assert got["kv_shard"][0] == 1 and got["cache_collectives"] == [] and got["decode_collectives"] > 0
+    assert got["decode"]["alias_size_in_bytes"] >= got["cache_bytes"]  # decoded in place (donated)
 
 
 def test_cli_plans_a_grpo_config_and_says_what_to_change():
