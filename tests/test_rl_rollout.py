@@ -118,6 +118,27 @@ def test_scripted_multi_turn_episodes_keep_the_prefix_invariant(scripted, tok, m
     assert len(trajs[1].turns) == 1 and trajs[1].tokens[:trajs[1].prompt_len] == traj.tokens[:traj.prompt_len]
 
 
+def test_batch_timing_counts_the_scripted_episodes(scripted):
+    """Both rows share their batch's timing; it counts every sampled token, the lockstep slots
+    (row 1 idles while row 0 runs four turns: occupancy < 1), and time in each phase. The
+    stream's per-step metrics add the batches of the groups it saw."""
+    from reterm_jax.rl.groups import Group
+    from reterm_jax.rl.stream import Assessed, rollout_timing
+    a, b = scripted
+    assert a.timing is b.timing and a.timing["rows"] == 2
+    t = a.timing
+    assert t["decode_tokens"] == a.num_sampled + b.num_sampled
+    assert t["decode_tokens"] < t["row_steps"]
+    assert all(t[k] > 0 for k in ("prefill_s", "decode_s", "observe_s", "sandbox_s")) and t["verify_s"] == 0
+    group = Group("g", "make-out", "", 0, [a, b], [True, True], [0.0, 1.0], [False, True])
+    m = rollout_timing([Assessed(group=group, staleness=0, weight=1.0, valid=np.ones(2, bool),
+                                 rewards=np.zeros(2, np.float32), overlong=0, has_signal=True, enough_valid=True)])
+    assert m["decode_tok_s"] == pytest.approx(t["decode_tokens"] / t["decode_s"], rel=1e-5)
+    assert m["slot_occupancy"] == pytest.approx(t["decode_tokens"] / t["row_steps"], rel=1e-5)
+    assert m["time_prefill_s"] == pytest.approx(t["prefill_s"] + t["observe_s"], rel=1e-5)
+    assert m["time_sandbox_s"] == pytest.approx(t["sandbox_s"], rel=1e-5)
+
+
 def test_exports_validate(scripted, tok):
     traj = scripted[0]
     row = traj.to_reterm_row()

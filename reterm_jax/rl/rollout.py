@@ -23,6 +23,8 @@ is never re-rendered: observations are tokenised on their own (`harness.observat
 """
 from __future__ import annotations
 
+import dataclasses
+
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -147,6 +149,22 @@ def _thread_map(fn, items) -> list:
         return list(ex.map(run, items))
 
 
+@dataclasses.dataclass
+class BatchTiming:
+    """Where one run_episodes call's wall time went, and how full its decode slots were."""
+    prefill_s: float = 0.0      # the first extend (the prompts)
+    decode_s: float = 0.0       # generate calls
+    observe_s: float = 0.0      # extends of tool observations
+    sandbox_s: float = 0.0      # tool calls (the batch waits for the slowest row)
+    verify_s: float = 0.0
+    decode_tokens: int = 0      # tokens sampled
+    row_steps: int = 0          # decode steps x rows: the slots the lockstep loop ran
+    rows: int = 0
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
 def run_episodes(sampler: Sampler, tokenizer, envs: Sequence, messages: Sequence[list[dict]], *,
                  task_ids: Sequence[str], limits: Limits, params: SamplingParams = SamplingParams(),
                  key: jax.Array | None = None, script: Script | None = None, pool=None,
@@ -190,7 +208,10 @@ def run_episodes(sampler: Sampler, tokenizer, envs: Sequence, messages: Sequence
         if p is not None:
             trajs[r].add_context(p)
             trajs[r].prompt_len = len(p)
+    timing = BatchTiming(rows=batch)
+    t0 = time.monotonic()
     state = sampler.extend(sampler.init(batch), fed)
+    timing.prefill_s += time.monotonic() - t0
     previous: list[list[int] | None] = [None] * batch
     for turn_index in range(limits.max_turns + 1):
         for r in np.flatnonzero(running):
@@ -214,6 +235,9 @@ def run_episodes(sampler: Sampler, tokenizer, envs: Sequence, messages: Sequence
                                       limits.max_new_tokens_per_turn, active=running, row_limits=budget,
                                       forced=forced)
         gen_s = time.monotonic() - t0
+        timing.decode_s += gen_s
+        timing.decode_tokens += sum(len(t) for t in gen.tokens)
+        timing.row_steps += gen.steps * batch
 
         to_run: dict[int, ParsedTurn] = {}
         for r in np.flatnonzero(running):
@@ -231,7 +255,9 @@ def run_episodes(sampler: Sampler, tokenizer, envs: Sequence, messages: Sequence
                 to_run[int(r)] = parsed
 
         rows = list(to_run)
+        t0 = time.monotonic()
         outcomes = pmap(lambda r: _run_calls(envs[r], to_run[r], limits.command_timeout_s), rows)
+        timing.sandbox_s += time.monotonic() - t0
         pieces: list[list[int] | None] = [None] * batch
         for r, outcome in zip(rows, outcomes):
             traj, turn = trajs[r], trajs[r].turns[-1]
@@ -252,7 +278,9 @@ def run_episodes(sampler: Sampler, tokenizer, envs: Sequence, messages: Sequence
             turn.observation = traj.add_context(piece)
             pieces[r] = piece
             _add_tool_messages(traj, turn)
+        t0 = time.monotonic()
         state = sampler.extend(state, pieces)
+        timing.observe_s += time.monotonic() - t0
 
     seen = sampler.contexts(state)
     for r in range(batch):
@@ -263,7 +291,9 @@ def run_episodes(sampler: Sampler, tokenizer, envs: Sequence, messages: Sequence
         for r in range(batch):
             if trajs[r].end_reason == harness.DISK_LIMIT:  # stopped for filling its disk: nothing to verify
                 trajs[r].reward, trajs[r].resolved = 0.0, False
+        t0 = time.monotonic()
         verified = pmap(verify_fn, [envs[r] for r in rows])
+        timing.verify_s += time.monotonic() - t0
         for traj, outcome in zip([trajs[r] for r in rows], verified):
             if outcome.ok:
                 traj.reward, traj.resolved = outcome.value.reward, outcome.value.resolved
@@ -271,6 +301,8 @@ def run_episodes(sampler: Sampler, tokenizer, envs: Sequence, messages: Sequence
                 traj.verify_infra = bool(getattr(outcome.value, "infrastructure", False))
             else:
                 traj.reward, traj.verify_error, traj.verify_infra = 0.0, outcome.error, True
+    shared = timing.as_dict()
     for traj in trajs:
         traj.wall_s = time.monotonic() - started
+        traj.timing = shared
     return trajs

@@ -324,6 +324,7 @@ class GroupStreamIterator(grain.DatasetIterator):
             "rollout_s_mean": np.float32(np.mean([a.group.rollout_s for a in seen])) if seen else np.float32(0.0),
             "rollout_groups_per_s": np.float32(len(seen) / elapsed if elapsed > 0 else 0.0),
             "groups_filtered_frac": np.float32(step["groups_filtered"] / max(1, len(seen))),
+            **rollout_timing(seen),
             "batches": np.int64(self._counts["batches"]),
         })
         return stats
@@ -342,3 +343,27 @@ class GroupStreamIterator(grain.DatasetIterator):
     @property
     def counts(self) -> dict[str, int]:
         return dict(self._counts)
+
+
+TIMING_KEYS = ("time_prefill_s", "time_decode_s", "time_sandbox_s", "time_verify_s", "decode_tok_s", "slot_occupancy")
+
+
+def rollout_timing(seen: list[Assessed]) -> dict[str, np.float32]:
+    """The step's groups' rollout time by kind (summed over their episode batches: prefill, which
+    counts the observation extends too; decode; sandbox tool calls; verification), decode tokens
+    per second and slot occupancy (sampled tokens / decode slots the lockstep loop ran)."""
+    batches = {}
+    for a in seen:
+        for t in a.group.trajectories:
+            if t.timing:
+                batches[id(t.timing)] = t.timing
+    total = lambda k: sum(b.get(k, 0) for b in batches.values())  # noqa: E731
+    decode = total("decode_s")
+    return {
+        "time_prefill_s": np.float32(total("prefill_s") + total("observe_s")),
+        "time_decode_s": np.float32(decode),
+        "time_sandbox_s": np.float32(total("sandbox_s")),
+        "time_verify_s": np.float32(total("verify_s")),
+        "decode_tok_s": np.float32(total("decode_tokens") / decode if decode > 0 else 0.0),
+        "slot_occupancy": np.float32(total("decode_tokens") / max(1, total("row_steps"))),
+    }

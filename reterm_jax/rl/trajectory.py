@@ -62,6 +62,9 @@ class Trajectory:
     started_at: str = dataclasses.field(
         default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).isoformat())
     wall_s: float = 0.0
+    # where the batch's time went (rollout.BatchTiming.as_dict; shared by the rows of one
+    # run_episodes call): prefill / decode / observation-extend / sandbox / verify seconds, tokens
+    timing: dict = dataclasses.field(default_factory=dict)
 
     # ---- building (append-only: the token-in/token-out record) ----------------------------------
     def add_context(self, tokens) -> tuple[int, int]:

@@ -55,7 +55,7 @@ from reterm_jax.train.state import (abstract_params, abstract_train_state, creat
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # the stream stats that go to the console line next to the train metrics
 _SHOWN = ("reward_mean", "pass_rate", "groups_filtered_frac", "staleness_mean", "rollout_groups_per_s",
-          "sandbox_errors")
+          "sandbox_errors", "decode_tok_s", "slot_occupancy", "time_decode_s", "time_sandbox_s")
 
 
 SECTIONS = ("model", "init", "env", "rollout", "bank", "stream", "loss", "optim", "train", "checkpoint", "mesh")
