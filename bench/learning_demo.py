@@ -1,14 +1,18 @@
-"""Does GRPO help? Verified pass rate on the bundled tasks: the SFT warm start vs after N GRPO steps.
+"""Does GRPO help? Verified pass rate: the SFT warm start vs after N GRPO steps, paired over tasks.
 
-    python bench/learning_demo.py [--steps 20] [--tasks 'tasks/*'] [--max_tasks 0] [--samples 2]
+    python bench/learning_demo.py [--steps 20] [--tasks 'tasks/*'] [--eval_tasks GLOB] [--max_tasks 0] [--samples 2]
                                   [--protocols pass@1,fault-recovery] [--set stream.max_pulls_per_step=4 ...] [--workdir runs/learning-demo]
 
 1. the warm start: <workdir>/sft (configs/sft.py:tiny, run if missing) or --init=<ckpt dir>;
 2. evaluate it (rl.evaluation protocols, a ModelPolicy at the GRPO sampling settings and limits);
 3. `reterm_jax.train.grpo.train` for --steps steps (configs/grpo.py:tiny) into <workdir>/grpo
    (resumes if already there);
-4. evaluate the GRPO params the same way; print both as one table and write <workdir>/learning_demo.json.
-Needs Docker. Asserts nothing (benchmarks never gate tests).
+4. evaluate the GRPO params the same way; print both as one table with the paired difference per
+   protocol (mean over tasks of after - before, 95% bootstrap interval over tasks:
+   rl/evaluation.py::paired_difference) and write <workdir>/learning_demo.json.
+--eval_tasks scores other tasks than GRPO trains on, e.g. generated held-out instances
+(`python -m reterm_jax.tasks generate --split=heldout ...`, docs/tasks.md) while --tasks has the
+train split. Needs Docker. Asserts nothing (benchmarks never gate tests).
 """
 from __future__ import annotations
 
@@ -94,6 +98,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=20, help="GRPO steps")
     p.add_argument("--tasks", default="tasks/*", help="glob of task dirs (training and evaluation)")
+    p.add_argument("--eval_tasks", default="", help="glob of the tasks to evaluate on (default: --tasks), "
+                   "e.g. generated held-out instances")
     p.add_argument("--max_tasks", type=int, default=0, help="use the first N tasks (0 = all)")
     p.add_argument("--samples", type=int, default=2, help="evaluation samples per task and protocol")
     p.add_argument("--protocols", default=f"pass@1,{FAULT_RECOVERY}",
@@ -121,11 +127,13 @@ def main() -> None:
         if leaf not in node:
             sys.exit(f"--set {item!r}: configs/grpo.py has no field {key!r}")
         node[leaf] = type(node[leaf])(value) if not isinstance(node[leaf], bool) else value.lower() == "true"
-    dirs = [Path(d) for d in sorted(glob.glob(args.tasks)) if os.path.isdir(d)]
+    if not [d for d in glob.glob(args.tasks) if os.path.isdir(d)]:
+        sys.exit(f"--tasks={args.tasks!r} matches no directories")
+    dirs = [Path(d) for d in sorted(glob.glob(args.eval_tasks or args.tasks)) if os.path.isdir(d)]
     if args.max_tasks:
         dirs = dirs[:args.max_tasks]
     if not dirs:
-        sys.exit(f"--tasks={args.tasks!r} matches no directories")
+        sys.exit(f"--eval_tasks={args.eval_tasks!r} matches no directories")
 
     t0 = time.time()
     init = args.init or grpo.warm_start_sft(gcfg, workdir)  # <workdir>/sft/checkpoints
@@ -147,16 +155,24 @@ def main() -> None:
     after = _evaluate(gcfg, os.path.join(workdir, "grpo", "checkpoints"), dirs, args)
     print(f"evaluated the GRPO params ({time.time() - t0:.0f}s)\n", flush=True)
 
-    header = f"{'protocol':<16}{'SFT warm start':>16}{f'GRPO {args.steps} steps':>18}{'tasks':>7}{'trials':>8}"
+    header = (f"{'protocol':<16}{'SFT warm start':>16}{f'GRPO {args.steps} steps':>18}{'gain [95% CI]':>24}"
+              f"{'tasks':>7}{'trials':>8}")
     print(header)
     print("-" * len(header))
+    gains = {}
     for label in before:
         b, a = before[label], after.get(label, {})
-        print(f"{label:<16}{b['score']:>16.3f}{a.get('score', float('nan')):>18.3f}{b['tasks']:>7}{b['trials']:>8}")
+        if a.get("per_task") and set(a["per_task"]) == set(b["per_task"]):
+            gains[label] = evaluation.paired_difference(a["per_task"], b["per_task"])
+        g = gains.get(label)
+        cell = f"{g['mean']:+.3f} [{g['ci95'][0]:+.2f}, {g['ci95'][1]:+.2f}]" if g else "n/a"
+        print(f"{label:<16}{b['score']:>16.3f}{a.get('score', float('nan')):>18.3f}{cell:>24}"
+              f"{b['tasks']:>7}{b['trials']:>8}")
     out = os.path.join(workdir, "learning_demo.json")
     with open(out, "w") as fh:
-        json.dump({"tasks": [str(d) for d in dirs], "steps": args.steps, "samples": args.samples,
-                   "before": before, "after": after, "rollout_rewards": rewards}, fh, indent=1)
+        json.dump({"train_tasks": args.tasks, "tasks": [str(d) for d in dirs], "steps": args.steps,
+                   "samples": args.samples, "before": before, "after": after, "gain": gains,
+                   "rollout_rewards": rewards}, fh, indent=1)
     print(f"\nresults: {out}")
 
 

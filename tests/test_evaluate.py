@@ -172,3 +172,15 @@ def test_model_recovery_attempts_continue_the_exact_tokens(docker_client):
     assert ctx1 is None and ctx2 == first.context
     prompt = continuation_prompt(model.tokenizer, first.context)
     assert second.context[:len(prompt)] == prompt and len(second.context) > len(prompt)
+
+
+def test_paired_difference_bootstraps_over_tasks():
+    same = evaluation.paired_difference({"a": 0.75, "b": 0.25}, {"a": 0.5, "b": 0.0})
+    assert same["mean"] == pytest.approx(0.25) and same["ci95"] == pytest.approx([0.25, 0.25])
+    # one task of three improved by 1: the exact bootstrap of the mean puts 1/27 mass on 1 and
+    # 8/27 on 0, so the 95% interval is [0, 1]
+    r = evaluation.paired_difference({"a": 1.0, "b": 0.0, "c": 0.0}, {"a": 0.0, "b": 0.0, "c": 0.0}, seed=1)
+    assert r["mean"] == pytest.approx(1 / 3) and r["ci95"] == pytest.approx([0.0, 1.0])
+    assert (r["tasks"], r["improved"], r["worse"]) == (3, 1, 0)
+    with pytest.raises(ValueError, match="same tasks"):
+        evaluation.paired_difference({"a": 1.0}, {"b": 1.0})

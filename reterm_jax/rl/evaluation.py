@@ -161,3 +161,24 @@ def format_table(trials: list[Trial], k: int) -> str:
         lines.append(f"{name:<{width}}  {cells}" + (f"  ERROR: {errored[name][:100]}" if name in errored else ""))
     lines.append(f"{'mean':<{width}}  " + "  ".join(f"{summary[lab]['score']:>12.3f}" for lab in labels))
     return "\n".join(lines)
+
+
+def paired_difference(after: dict[str, float], before: dict[str, float], *, resamples: int = 10_000,
+                      seed: int = 0, level: float = 0.95) -> dict:
+    """The mean over tasks of after[t] - before[t] (per-task success rates of two policies scored
+    on the same tasks, e.g. summarize(...)["recovery@2"]["per_task"]), with a percentile bootstrap
+    interval that resamples tasks (the unit both policies share). Tasks in only one are an error:
+    an unpaired comparison would mix task difficulty into the difference."""
+    import numpy as np
+    if set(after) != set(before) or not after:
+        missing = sorted(set(after) ^ set(before))
+        raise ValueError(f"paired_difference needs the same tasks on both sides; differ: {missing[:5]}"
+                         if after else "paired_difference: no tasks")
+    names = sorted(after)
+    diff = np.array([after[n] - before[n] for n in names], np.float64)
+    rng = np.random.default_rng(seed)
+    means = diff[rng.integers(0, len(diff), size=(resamples, len(diff)))].mean(axis=1)
+    tail = (1.0 - level) / 2
+    lo, hi = np.quantile(means, [tail, 1.0 - tail])
+    return {"mean": float(diff.mean()), f"ci{round(level * 100)}": [float(lo), float(hi)], "tasks": len(names),
+            "improved": int((diff > 0).sum()), "worse": int((diff < 0).sum())}
