@@ -322,3 +322,41 @@ def test_a_step_without_signal_changes_nothing(tmp_path, monkeypatch):
     c.train.steps = 4
     again = grpo.train(c, workdir)
     assert again["resumed"]["policy_version"] == 1
+
+
+_SHARDED_GRPO = """
+import json, sys
+sys.path[:0] = [{tests!r}]
+import jax
+assert jax.device_count() == 4, jax.devices()
+import numpy as np
+import reterm_jax.rl.sampler as sampler_mod
+meshes = []
+_init = sampler_mod.Sampler.__init__
+def init(self, *a, **k):
+    meshes.append(None if k.get("mesh") is None else dict(k["mesh"].shape))
+    _init(self, *a, **k)
+sampler_mod.Sampler.__init__ = init
+from test_grpo_train import synthetic_config
+from reterm_jax.train import grpo
+c = synthetic_config(2)
+c.mesh.data, c.mesh.fsdp, c.mesh.tensor = 1, 2, 2
+r = grpo.train(c, {workdir!r})
+print("RESULT" + json.dumps({{"meshes": meshes, "steps": r["last_step"],
+                             "losses": [float(v) for v in r["losses"].values()]}}))
+"""
+
+
+def test_grpo_on_four_devices_samples_on_the_trainers_mesh(tmp_path):
+    """One process, 4 fake devices: the GRPO loop's sampler gets the trainer's mesh (its state is
+    sharded, tests/test_rl_sampler_sharded.py) and the run trains."""
+    import json
+    import subprocess
+    script = _SHARDED_GRPO.format(tests=os.path.join(ROOT, "tests"), workdir=str(tmp_path / "run"))
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(next(l for l in proc.stdout.splitlines() if l.startswith("RESULT"))[len("RESULT"):])
+    assert out["meshes"] == [{"data": 1, "fsdp": 2, "tensor": 2}] and out["steps"] == 2
+    assert out["losses"] and all(np.isfinite(out["losses"]))

@@ -76,9 +76,11 @@ def test_check_cli_reports_each_task(docker_client, task_path, tmp_path):
             if line.startswith("| ") and "---" not in line}
     assert set(rows) == {"task", "make_greeting", "count_lines", "broken_oracle", "not_a_task"}, \
         proc.stdout
-    assert "| 1 | 0 | yes |" in rows["make_greeting"]
-    assert "| 1 | 0 | yes |" in rows["count_lines"]
-    assert "| 0 | 0 | NO |" in rows["broken_oracle"] and "oracle reward 0 != 1" in rows["broken_oracle"]
+    # columns: oracle, untouched, fault, fault+oracle (make_greeting is a recovery task)
+    assert "| 1 | 0 | 0 | 1 | yes |" in rows["make_greeting"]
+    assert "| 1 | 0 | - | - | yes |" in rows["count_lines"]
+    assert "| 0 | 0 | 0 | 0 | NO |" in rows["broken_oracle"] and "oracle reward 0 != 1" in rows["broken_oracle"]
+    assert "fault then oracle earns 0" in rows["broken_oracle"]
     assert "missing instruction.md" in rows["not_a_task"]
     assert "2/4 tasks pass" in proc.stdout
     for im in docker_client.images.list(name="reterm-task/broken_oracle"):
