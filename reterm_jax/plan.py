@@ -75,11 +75,15 @@ def train_view(cfg):
     return c
 
 
+def worker_rows(cfg) -> int:
+    """Rows one worker's sampler holds: a group (G rows) or a bank-filling batch
+    (rollout.collect_batch), whichever is larger."""
+    return max(cfg.rollout.group_size, cfg.rollout.collect_batch)
+
+
 def grpo_rollout_rows(cfg) -> int:
-    """Rows the GRPO rollout side decodes at once: each worker's sampler holds a group (G rows) or a
-    bank-filling batch (rollout.collect_batch), whichever is larger."""
-    r = cfg.rollout
-    return max(1, r.workers) * max(r.group_size, r.collect_batch)
+    """Rows the GRPO rollout side decodes at once: every worker's (worker_rows)."""
+    return max(1, cfg.rollout.workers) * worker_rows(cfg)
 
 
 def _optimizer(cfg):
@@ -332,11 +336,16 @@ def aot_compile(cfg, scan_layers: bool = True) -> dict:
     t1 = time.perf_counter()
     compiled = lowered.compile()
     t2 = time.perf_counter()
+    return dict(memory_stats(compiled), lower_s=t1 - t0, compile_s=t2 - t1, devices=mesh.size,
+                scan_layers=scan_layers)
+
+
+def memory_stats(compiled) -> dict:
+    """XLA's memory_analysis() of a compiled program as a dict of ints."""
     ma = compiled.memory_analysis()
     fields = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes", "temp_size_in_bytes",
               "generated_code_size_in_bytes")
-    return dict({k: int(getattr(ma, k)) for k in fields}, lower_s=t1 - t0, compile_s=t2 - t1,
-                devices=mesh.size, scan_layers=scan_layers)
+    return {k: int(getattr(ma, k)) for k in fields}
 
 
 def compile_in_subprocess(cfg, n_devices: int, scan_layers: bool = True, timeout: float | None = None,
@@ -412,7 +421,6 @@ def report(cfg, n_devices: int, est: dict, hbm: float, compiled: dict | None = N
             from reterm_jax.plan_rollout import rollout_report
             lines += rollout_report(cfg, rollout, total, hbm)
     return "\n".join(lines)
-
 
 
 def _hbm(value: str) -> float:

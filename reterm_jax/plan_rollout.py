@@ -22,22 +22,18 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from reterm_jax.plan import memory_stats, plan_model_config, worker_rows
+
 COLLECTIVE = re.compile(r"\b(all-gather|all-reduce|all-to-all|collective-permute|reduce-scatter)(-start)?\(")
 GB = 1e9
 MAX_NEW_TOKENS = 64  # the decode loop's output width; the per-step memory does not depend on it
-
-
-def worker_rows(cfg) -> int:
-    """Rows one worker's sampler holds: a group (G) or a bank-filling batch, whichever is larger."""
-    return max(cfg.rollout.group_size, cfg.rollout.collect_batch)
 
 
 def _abstract_sampler(cfg, mesh):
     from reterm_jax.model.attention import set_attention_impl
     from reterm_jax.model.hf_io import abstract_model
     from reterm_jax.parallel.rules import state_shardings as param_state_shardings
-    from reterm_jax.plan import plan_model_config
-    from reterm_jax.rl.sampler import PREFILL_CHUNK, Sampler
+    from reterm_jax.rl.sampler import Sampler
 
     config = plan_model_config(cfg.model)
     model = abstract_model(config, jnp.dtype(cfg.model.dtype), jnp.dtype(cfg.model.param_dtype))
@@ -49,14 +45,12 @@ def _abstract_sampler(cfg, mesh):
     dtype = cfg.rollout.get("param_dtype") or None
     # donate=True: the accelerator's behaviour (the state's buffers are reused in place)
     sampler = Sampler(nnx.merge(graphdef, params), stop_ids=(0,), pad_id=0, max_length=int(cfg.rollout.cache_length),
-                      mesh=mesh, param_dtype=dtype, donate=True, prefill_chunk=PREFILL_CHUNK)
-    return config, sampler
+                      mesh=mesh, param_dtype=dtype, donate=True)
+    return sampler
 
 
 def _memory(compiled) -> dict:
-    ma = compiled.memory_analysis()
-    fields = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes", "temp_size_in_bytes")
-    out = {k: int(getattr(ma, k)) for k in fields}
+    out = memory_stats(compiled)
     out["total"] = out["argument_size_in_bytes"] + out["output_size_in_bytes"] - out["alias_size_in_bytes"] \
         + out["temp_size_in_bytes"]
     return out
@@ -72,7 +66,7 @@ def aot_compile_rollout(cfg) -> dict:
     from reterm_jax.rl.sampling import SamplingParams
 
     mesh = make_mesh(**cfg.mesh)
-    config, sampler = _abstract_sampler(cfg, mesh)
+    sampler = _abstract_sampler(cfg, mesh)
     rows = worker_rows(cfg)
     fresh = jax.eval_shape(lambda: sampler._fresh(rows))
     shardings = state_shardings(fresh, mesh)
@@ -97,7 +91,6 @@ def aot_compile_rollout(cfg) -> dict:
         "decode_collectives": len(ops), "cache_collectives": moving_cache,
         "compile_decode_s": t1 - t0, "compile_prefill_s": t2 - t1,
     }
-
 
 
 def rollout_report(cfg, r: dict, train_total: float, hbm: float) -> list[str]:

@@ -71,10 +71,9 @@ class PolicyStore:
         """Store a copy of `params` as `version` (versions never go backwards)."""
         if self.dtype is not None:
             from reterm_jax.rl.sampler import cast_params
-            params = cast_params(params, self.dtype)  # new buffers: the caller may donate its own
-            copied = host_local_copy(params) if self.local else params
-        else:
-            copied = host_local_copy(params) if self.local else device_copy(params)
+            params = cast_params(params, self.dtype)  # already new buffers: no device copy needed
+        copied = host_local_copy(params) if self.local else \
+            params if self.dtype is not None else device_copy(params)
         jax.block_until_ready(copied)  # the copy is done before the caller may donate the source
         with self._cond:
             if self._version is not None and version < self._version:

@@ -24,7 +24,6 @@ is never re-rendered: observations are tokenised on their own (`harness.observat
 from __future__ import annotations
 
 import dataclasses
-
 import time
 import uuid
 from collections.abc import Callable, Sequence

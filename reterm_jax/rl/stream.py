@@ -345,9 +345,6 @@ class GroupStreamIterator(grain.DatasetIterator):
         return dict(self._counts)
 
 
-TIMING_KEYS = ("time_prefill_s", "time_decode_s", "time_sandbox_s", "time_verify_s", "decode_tok_s", "slot_occupancy")
-
-
 def rollout_timing(seen: list[Assessed]) -> dict[str, np.float32]:
     """The step's groups' rollout time by kind (summed over their episode batches: prefill, which
     counts the observation extends too; decode; sandbox tool calls; verification), decode tokens

@@ -41,9 +41,6 @@ def make_instance(family: Family, split: str, seed: int, index: int, kind: str |
     return family.make(rng, split, kind or family.kinds[index % len(family.kinds)])
 
 
-def fault_variants(family: Family, split: str, seed: int, index: int) -> dict[str, tuple[str, ...]]:
-    """The fault commands of every kind for the same instance (its state and task are the same)."""
-    return {k: make_instance(family, split, seed, index, k).fault_commands for k in family.kinds}
 
 
 def plan(families: list[Family], count: int) -> list[tuple[Family, int]]:
@@ -67,9 +64,11 @@ def generate(families: list[Family], split: str, count: int, seed: int, out: str
     out.mkdir(parents=True, exist_ok=True)
     dirs = []
     for family, k, name in todo:
-        inst = make_instance(family, split, seed, k)
+        # every fault kind of the same instance (same state and task; only the fault differs)
+        variants = {kind: make_instance(family, split, seed, k, kind) for kind in family.kinds}
+        inst = variants[family.kinds[k % len(family.kinds)]]
         if (out / name).exists():
             shutil.rmtree(out / name)
         dirs.append(write_task(inst, out, name=name, split=split, seed=seed, index=k,
-                               faults=fault_variants(family, split, seed, k)))
+                               faults={kind: v.fault_commands for kind, v in variants.items()}))
     return dirs
