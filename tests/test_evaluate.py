@@ -117,6 +117,36 @@ def test_retry_at_2_resets_environment_and_memory(docker_client):
     assert evaluation.summarize([trial], k=2)["retry@2"]["score"] == 1.0
 
 
+def test_shared_first_attempt_branches_recovery_and_retry(docker_client):
+    """One failed first attempt; recovery@2 continues its damaged state and history, retry@2
+    starts a clean sandbox with no memory; pass@1 is that first attempt."""
+    name = "daily-report-append"
+    task, path = load_task(TASKS / name), DAMAGED_FILE[name]
+    probe = Probe(path)
+    pass1, retry, recovery = evaluation.shared_first_attempt(probe, task, sandbox_factory=DockerSandbox.from_task,
+                                                             verify_fn=verify, sample=3)
+    assert [t.protocol for t in (pass1, retry, recovery)] == list(evaluation.PROTOCOLS)
+    assert pass1.attempts[0] is retry.attempts[0] is recovery.attempts[0] and not pass1.resolved
+    assert len(pass1.attempts) == 1 and retry.resolved and recovery.resolved and retry.sample == 3
+    # attempts: first (clean), recovery's second (damaged, with history), retry's second (clean, none)
+    clean, damaged, again = probe.start
+    assert clean == again != damaged
+    assert probe.histories[0] is None and probe.histories[1] and probe.histories[2] is None
+    s = evaluation.summarize([pass1, retry, recovery], k=2)
+    assert (s["pass@1"]["score"], s["retry@2"]["score"], s["recovery@2"]["score"]) == (0.0, 1.0, 1.0)
+
+
+def test_trial_keys_depend_on_the_trial_alone():
+    import jax
+    key = jax.random.key(7)
+    k = policies.trial_key(key, "task-a", 1, 0)
+    same = jax.random.key_data(policies.trial_key(key, "task-a", 1, 0))
+    assert (jax.random.key_data(k) == same).all()
+    others = [policies.trial_key(key, "task-b", 1, 0), policies.trial_key(key, "task-a", 2, 0),
+              policies.trial_key(key, "task-a", 1, 1), policies.trial_key(key, "task-a", 1, 0, "retry")]
+    assert all(not (jax.random.key_data(o) == same).all() for o in others)
+
+
 def test_recovery_attempt_messages_open_with_the_retry_turn(docker_client):
     task = load_task(TASKS / "ini-config-retarget")
     with DockerSandbox.from_task(task) as sb:

@@ -7,7 +7,15 @@ runs the tests on a clone, so the verifier's own writes never reach the agent's 
     pass_at_1      one attempt from the clean state;
     retry_at_k     up to k attempts, each from a fresh sandbox and an empty memory;
     recovery_at_k  up to k attempts in ONE sandbox: attempt i+1 continues from attempt i's
-                   unverified end state, with its full history and the retry user turn.
+                   unverified end state, with its full history and the retry user turn;
+    shared_first_attempt  all three (k = 2) from ONE first attempt: if it fails, its sandbox
+                   continues (recovery@2) while a fresh one starts over (retry@2). Each protocol's
+                   first attempt is the same draw, so retry vs recovery is paired, at 3 attempts
+                   per sample instead of 5.
+
+A policy with `per_trial_keys = True` (the model) is also given `sample=` and `stream=`: it
+draws its randomness from (task, sample, attempt, stream) alone, so two policies scored on the
+same trials use the same keys whatever order the concurrent trials run in.
 
 Each protocol returns a Trial (its attempts, and whether one resolved). `run_trial` never raises:
 a task that cannot be loaded, built or run becomes a failed Trial with `error` set. Aggregation
@@ -65,10 +73,13 @@ def _record(index: int, res: AttemptResult, v) -> AttemptRecord:
 
 
 def _attempt(policy: Policy, task, sandbox, history, index: int, verify_fn,
-             context: list[int] | None = None) -> tuple[AttemptResult, AttemptRecord]:
+             context: list[int] | None = None, *, sample: int = 0,
+             stream: str = "") -> tuple[AttemptResult, AttemptRecord]:
     # context: the previous attempt's exact tokens, for a policy that has them (the model)
-    res = policy(task, sandbox, history, index) if context is None else policy(task, sandbox, history, index,
-                                                                              context=context)
+    kw = {} if context is None else {"context": context}
+    if getattr(policy, "per_trial_keys", False):
+        kw.update(sample=sample, stream=stream)
+    res = policy(task, sandbox, history, index, **kw)
     # A sandbox that broke mid-attempt has no state worth verifying: reward 0, error kept.
     v = None if res.error else verify_fn(sandbox, task)
     return res, _record(index, res, v)
@@ -85,7 +96,7 @@ def retry_at_k(policy: Policy, task, *, k: int, sandbox_factory, verify_fn, samp
     trial = Trial(task.name, protocol, sample)
     for i in range(k):
         with sandbox_factory(task) as sb:
-            _, rec = _attempt(policy, task, sb, None, i, verify_fn)
+            _, rec = _attempt(policy, task, sb, None, i, verify_fn, sample=sample, stream="retry" if i else "")
         trial.attempts.append(rec)
         if rec.resolved:
             break
@@ -99,13 +110,33 @@ def recovery_at_k(policy: Policy, task, *, k: int, sandbox_factory, verify_fn, s
     history, context = None, None
     with sandbox_factory(task) as sb:
         for i in range(k):
-            res, rec = _attempt(policy, task, sb, history, i, verify_fn, context)
+            res, rec = _attempt(policy, task, sb, history, i, verify_fn, context, sample=sample)
             trial.attempts.append(rec)
             if rec.resolved or res.error:  # a broken sandbox cannot be recovered from
                 break
             # the next attempt continues this one: its messages, and (model) its exact tokens
             history, context = res.messages, getattr(res, "context", None)
     return trial
+
+
+def shared_first_attempt(policy: Policy, task, *, sandbox_factory, verify_fn, sample: int = 0) -> list[Trial]:
+    """[pass@1, retry@k, recovery@k] with k = 2, from one first attempt (module docstring). The
+    fresh sandbox of retry's second attempt opens only after recovery's attempt has finished,
+    so one trial holds at most two sandboxes."""
+    trials = [Trial(task.name, p, sample) for p in PROTOCOLS]
+    with sandbox_factory(task) as sb:
+        res, first = _attempt(policy, task, sb, None, 0, verify_fn, sample=sample)
+        for t in trials:
+            t.attempts.append(first)
+        if first.resolved or res.error:
+            return trials
+        _, rec = _attempt(policy, task, sb, res.messages, 1, verify_fn, getattr(res, "context", None),
+                          sample=sample)
+        trials[2].attempts.append(rec)
+    with sandbox_factory(task) as fresh:
+        _, rec = _attempt(policy, task, fresh, None, 1, verify_fn, sample=sample, stream="retry")
+    trials[1].attempts.append(rec)
+    return trials
 
 
 def run_trial(policy: Policy, task_dir, protocol: str, *, k: int, sample: int, sandbox_factory, verify_fn,

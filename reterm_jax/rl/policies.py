@@ -24,6 +24,7 @@ import re
 import subprocess
 import threading
 import time
+import zlib
 
 import jax
 
@@ -140,21 +141,35 @@ def fault_then(policy):
     """A policy whose attempt index 0 is the task's scripted `[reterm] fault_commands` (then a
     wrong "done" claim: a realistic failed attempt, as the demo rows' first attempts), and whose
     later attempts are `policy`'s: under recovery@k it measures recovery from that failure."""
-    def attempt(task, sandbox, history, index: int) -> AttemptResult:
+    def attempt(task, sandbox, history, index: int, **kw) -> AttemptResult:
         if index == 0:
             if not task.fault_commands:
                 raise ValueError(f"task {task.name} has no [reterm] fault_commands")
             return run_commands(task, sandbox, history, list(task.fault_commands), opening=FAULT_OPENING)
-        return policy(task, sandbox, history, index)
+        return policy(task, sandbox, history, index, **kw)
+    attempt.per_trial_keys = getattr(policy, "per_trial_keys", False)  # sample= reaches the model
     return attempt
 
 
 fault_then_oracle = fault_then(oracle)
 
 
+def trial_key(key, task_name: str, sample: int, index: int, stream: str = ""):
+    """A key from (key, task, sample, attempt index, stream): a stable hash (crc32), not Python's
+    salted hash(), so it is the same in every process."""
+    for part in (zlib.crc32(task_name.encode()), sample, index, zlib.crc32(stream.encode())):
+        key = jax.random.fold_in(key, part & 0x7FFFFFFF)
+    return key
+
+
 class ModelPolicy:
     """The model through the bash harness. One attempt = one `run_episodes` row; attempts are
-    serialised by a lock (one sampler, one cache), while the other tasks' sandboxes keep working."""
+    serialised by a lock (one sampler, one cache), while the other tasks' sandboxes keep working.
+    Called with `sample=` (the evaluation does, per_trial_keys), an attempt's key depends on
+    (seed, task name, sample, attempt index, stream) alone, so it is the same in every run and
+    for every policy scored on that trial; called without, keys follow the call order."""
+
+    per_trial_keys = True
 
     def __init__(self, sampler, tokenizer, limits: Limits, params, seed: int = 0):
         self.sampler, self.tokenizer, self.limits, self.params = sampler, tokenizer, limits, params
@@ -162,7 +177,8 @@ class ModelPolicy:
         self._lock = threading.Lock()
         self._calls = 0
 
-    def __call__(self, task, sandbox, history, index: int, context: list[int] | None = None) -> AttemptResult:
+    def __call__(self, task, sandbox, history, index: int, context: list[int] | None = None, *,
+                 sample: int | None = None, stream: str = "") -> AttemptResult:
         """context: the previous attempt's exact tokens (AttemptResult.context). Given, the attempt
         continues them + the retry turn tokenised alone, as a GRPO recovery group does; re-rendering
         `history` instead would drop the earlier turns' <think> blocks and score a context the policy
@@ -174,9 +190,11 @@ class ModelPolicy:
         limits = dataclasses.replace(self.limits, wall_clock_s=min(self.limits.wall_clock_s, task.agent_timeout_s))
         messages = initial_messages(task.instruction, history)
         prompt = None if context is None else [continuation_prompt(self.tokenizer, context)]
+        key = None if sample is None else trial_key(self.key, task.name, sample, index, stream)
         with self._lock:
-            key = jax.random.fold_in(self.key, self._calls)
-            self._calls += 1
+            if key is None:
+                key = jax.random.fold_in(self.key, self._calls)
+                self._calls += 1
             traj = run_episodes(self.sampler, self.tokenizer, [sandbox], [messages], task_ids=[task.name],
                                 limits=limits, params=self.params, key=key, prompt_tokens=prompt)[0]
         return AttemptResult(traj.messages, traj.end_reason, tokens=traj.num_sampled, context_tokens=len(traj.tokens),

@@ -343,7 +343,8 @@ def stream_config(config, pad_id: int) -> StreamConfig:
 def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
     """Runs (or resumes) GRPO. stop_at_step: return after that step, as if preempted there.
     Returns {"rewards": {step: reward mean}, "losses": {step: loss}, "last_step", "hf_dir", "workdir",
-    "resumed": {"step", "policy_version", "bank"} or None, "policy_version": the last published}."""
+    "resumed": {"step", "policy_version", "bank"} or None, "policy_version": the last published,
+    "updated_steps", "skipped_steps", "target_tokens": loss tokens of this call's updates}."""
     # ---- 1. mesh, tokenizer --------------------------------------------------------------------------
     check_sections(config)
     mesh = make_mesh(**config.mesh)
@@ -426,6 +427,7 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
     losses, rewards = {}, {}
     updates = version  # optimizer updates applied = the policy version (a skipped step applies none)
     skipped_steps = []  # the updated ones are the keys of `losses`
+    target_tokens = 0.0  # loss tokens of the updates this call applied (a compute-matched control's budget)
     try:
         if bank is not None and resumed and resumed["bank"]:
             bank.set_state(resumed["bank"])  # before the workers start drawing entries
@@ -452,6 +454,7 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
                 stream.set_version(updates)
                 scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
                 losses[step] = scalars["loss"]
+                target_tokens += scalars.get("target_tokens", 0.0)
             else:
                 # No group with signal anywhere in the job: an update would still move the params
                 # (Adam's moments, weight decay) and advance the LR schedule and the policy version
@@ -492,4 +495,4 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
         hf_dir = export_hf(config, graphdef, state.params, workdir, tokenizer_dir)
     return {"rewards": rewards, "losses": losses, "last_step": last, "hf_dir": hf_dir, "workdir": workdir,
             "resumed": resumed, "policy_version": store.version, "updated_steps": sorted(losses),
-            "skipped_steps": skipped_steps}
+            "skipped_steps": skipped_steps, "target_tokens": target_tokens}

@@ -131,6 +131,7 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
     last = min(config.train.steps, stop_at_step or config.train.steps)
     logger = MetricsLogger(os.path.join(workdir, "tb"), total_steps=config.train.steps, initial_step=start)
     losses, pending, timer = {}, [], None
+    target_tokens = 0.0  # loss tokens of this call's steps
     for step in range(start + 1, last + 1):
         batch = put_batch(next(data_iter), mesh)
         state, metrics = train_step(state, batch)
@@ -138,6 +139,7 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
         ckpt.save(step, state, data_iter.get_state(), force=step == last)
         if step % config.train.log_every == 0 or step in (start + 1, last):
             fetched = jax.device_get([m for _, m in pending])  # blocks until these steps are done
+            target_tokens += float(sum(m["target_tokens"] for m in fetched))
             now = time.perf_counter()
             # the first step compiles: throughput is measured from its end onwards
             tokens_per_sec = None if timer is None else sum(m["tokens"] for m in fetched) / (now - timer)
@@ -152,7 +154,7 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
     hf_dir = None
     if config.train.export_hf and last == config.train.steps:
         hf_dir = export_hf(config, graphdef, state.params, workdir, tokenizer_dir)
-    return {"losses": losses, "last_step": last, "hf_dir": hf_dir, "workdir": workdir}
+    return {"losses": losses, "last_step": last, "hf_dir": hf_dir, "workdir": workdir, "target_tokens": target_tokens}
 
 
 def _log(logger, losses, steps, fetched, tokens_per_sec, flops_per_token, peak, n_devices):

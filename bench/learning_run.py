@@ -1,0 +1,363 @@
+"""Does ReTerm-GRPO make the tiny model recover better on tasks it never saw? (issue 10, section 3)
+
+    python bench/learning_run.py --out runs/learning [--train 48] [--val 16] [--heldout 64] [--samples 4]
+        [--sft_candidates 400,800,1200] [--grpo_steps 20] [--jobs 3] [--set rollout.group_size=8 ...]
+
+Stages (each one's output is reused when it is there: rerun the same command to resume):
+ 1. OUT/tasks/{train,val,heldout}: generated instances (reterm_jax.tasks). `val` is a validation
+    slice of the TRAIN split (train pools, another seed); `heldout` draws from the held-out pools.
+ 2. OUT/demos.jsonl: teacher recovery rows of the train instances (reterm_jax.tasks demos).
+ 3. OUT/sft: configs/sft.py:tiny on those rows, seq_len = the longest row (none truncated),
+    checkpoints at each --sft_candidates step; each candidate is scored on `val` (recovery from
+    the scripted fault, 1 sample per task) and the best, ties to the earliest, is the warm start,
+    exported to OUT/warm_start_hf. The held-out split plays no part in any choice.
+ 4. OUT/grpo: configs/grpo.py:tiny on the train instances from the warm start (failure bank from
+    their scripted faults, rollout limits covering the longest demonstration) -> OUT/grpo_hf.
+ 5. OUT/control: continued SFT from the warm start on the same rows for as many loss tokens as
+    GRPO's updates trained on (compute-matched control) -> OUT/control_hf.
+ 6. Held-out evaluation of the three HF dirs with the same per-trial keys: pass@1, retry@2 and
+    recovery@2 (the headline) from one shared first attempt per sample, and fault-recovery (the
+    model's attempt after the task's scripted failed attempt), --samples each.
+ 7. OUT/result.json and OUT/learning.png (reterm_jax/rl/learning_report.py).
+Any HF dir it leaves scores other instances too: `python -m reterm_jax.evaluate
+--config.model.hf_path=OUT/grpo_hf --config.tasks='DIR/*'`. Needs Docker; asserts nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path[:0] = [_ROOT, os.path.join(_ROOT, "configs")]  # runnable from a checkout
+
+from absl import logging  # noqa: E402
+
+import grpo as grpo_config  # noqa: E402  (configs/grpo.py)
+import sft as sft_config  # noqa: E402  (configs/sft.py)
+from reterm_jax.rl import evaluation, learning_report  # noqa: E402
+
+FAULT_RECOVERY = "fault-recovery"
+
+
+def _log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def _dirs(out: Path, split: str) -> list[Path]:
+    return sorted(Path(d) for d in glob.glob(str(out / "tasks" / split / "*")) if os.path.isdir(d))
+
+
+def _apply_sets(cfg, items: list[str]) -> None:
+    for item in items:
+        key, _, value = item.partition("=")
+        *parents, leaf = key.split(".")
+        node = cfg
+        for name in parents:
+            node = node[name]
+        if leaf not in node:
+            sys.exit(f"--set {item!r}: configs/grpo.py has no field {key!r}")
+        node[leaf] = type(node[leaf])(value) if not isinstance(node[leaf], bool) else value.lower() == "true"
+
+
+# ---- stages 1-2: tasks and demonstrations ---------------------------------------------------------------
+def make_tasks(out: Path, args) -> dict[str, list[Path]]:
+    from reterm_jax.tasks.generate import generate, parse_families
+    families = parse_families("all")
+    spec = {"train": ("train", args.train, args.seed), "val": ("train", args.val, args.seed + 1000),
+            "heldout": ("heldout", args.heldout, args.seed)}
+    for name, (split, count, seed) in spec.items():
+        if len(_dirs(out, name)) != count:  # same arguments, same bytes: regenerating is safe
+            generate(families, split, count, seed, out / "tasks" / name, overwrite=True)
+    return {name: _dirs(out, name) for name in spec}
+
+
+def make_demos(out: Path, train: list[Path], jobs: int) -> Path:
+    from reterm_jax.tasks.demos import build_demos
+    path = out / "demos.jsonl"
+    if not path.exists():
+        tmp = out / "demos.jsonl.tmp"
+        n = build_demos([str(d) for d in train], tmp, jobs=jobs)
+        tmp.rename(path)
+        _log(f"demos: {n} rows from {len(train)} train instances")
+    return path
+
+
+def demo_limits(path: Path) -> dict:
+    from reterm_jax.data import load_tokenizer
+    from reterm_jax.data.pipeline import length_report
+    rows = [json.loads(line) for line in open(path)]
+    rep = length_report(rows, load_tokenizer(), seq_len=1 << 20, overlong="drop")
+    limits = learning_report.run_limits(rep.longest, max(learning_report.recovery_calls(r) for r in rows))
+    return {**limits, "rows": len(rows), "longest_row": rep.longest, "target_tokens": rep.target_tokens}
+
+
+# ---- policies and evaluation ------------------------------------------------------------------------------
+def _policy(gcfg, hf_dir: str = "", *, model=None):
+    """The model (an HF dir, or a restored model) through the bash harness, sampled as GRPO
+    samples, under the GRPO rollout limits. The seed is the same for every policy: trial keys
+    then depend on (task, sample, attempt) alone (rl/policies.py::trial_key)."""
+    from reterm_jax.data import load_tokenizer, special_ids
+    from reterm_jax.model.hf_io import load_pretrained
+    from reterm_jax.rl.harness import Limits
+    from reterm_jax.rl.policies import ModelPolicy
+    from reterm_jax.rl.sampler import Sampler
+    from reterm_jax.rl.sampling import SamplingParams
+    tok = load_tokenizer(hf_dir) if hf_dir else load_tokenizer()
+    ids = special_ids(tok)
+    model = model if model is not None else load_pretrained(hf_dir)
+    sampler = Sampler(model, stop_ids=ids.stop, pad_id=ids.pad, max_length=gcfg.rollout.cache_length)
+    r = gcfg.rollout
+    limits = Limits(max_turns=r.max_turns, max_tokens=r.max_tokens, max_new_tokens_per_turn=r.max_new_tokens_per_turn,
+                    wall_clock_s=r.wall_clock_s, command_timeout_s=r.command_timeout_s)
+    return ModelPolicy(sampler, tok, limits, SamplingParams(temperature=r.temperature), seed=12345)
+
+
+def evaluate(policy, dirs: list[Path], *, samples: int, jobs: int, protocols: tuple[str, ...]) -> tuple[dict, list]:
+    """(summary, trials): shared_first_attempt (pass@1, retry@2, recovery@2) and/or fault-recovery,
+    `samples` per task, on a SandboxPool of `jobs` sandboxes' worth of trials at once."""
+    from reterm_jax.rl.policies import fault_then
+    from reterm_jax.sandbox import DockerSandbox, SandboxPool, load_task, verify
+    kw = dict(sandbox_factory=DockerSandbox.from_task, verify_fn=verify)
+    jobs_list = [(d, p, s) for d in dirs for p in protocols for s in range(samples)]
+
+    def run(job):
+        d, protocol, sample = job
+        task = load_task(d)
+        start = time.monotonic()
+        if protocol == FAULT_RECOVERY:
+            trials = [evaluation.recovery_at_k(fault_then(policy), task, k=2, sample=sample, **kw)]
+            trials[0].protocol = FAULT_RECOVERY
+        else:
+            trials = evaluation.shared_first_attempt(policy, task, sample=sample, **kw)
+        for t in trials:
+            t.wall_s = time.monotonic() - start
+        return trials
+
+    with SandboxPool(max_concurrency=jobs) as pool:
+        outcomes = [f.result() for f in [pool.submit(run, job) for job in jobs_list]]
+    trials = []
+    for (d, protocol, sample), o in zip(jobs_list, outcomes):
+        if o.ok:
+            trials.extend(o.value)
+        else:  # counts as unresolved, the error kept
+            names = [FAULT_RECOVERY] if protocol == FAULT_RECOVERY else list(evaluation.PROTOCOLS)
+            trials.extend(evaluation.Trial(d.name, p, sample, error=o.error) for p in names)
+    summary = evaluation.summarize([t for t in trials if t.protocol != FAULT_RECOVERY], 2)
+    fault = [t for t in trials if t.protocol == FAULT_RECOVERY]
+    if fault:  # the model's attempt (the 2nd) resolved the task
+        per_task: dict[str, list[bool]] = {}
+        for t in fault:
+            per_task.setdefault(t.task, []).append(len(t.attempts) > 1 and t.attempts[1].resolved)
+        rates = {k: sum(v) / len(v) for k, v in sorted(per_task.items())}
+        summary[FAULT_RECOVERY] = {"score": sum(rates.values()) / len(rates), "per_task": rates, "tasks": len(rates),
+                                   "trials": len(fault), "errored_trials": sum(t.error is not None for t in fault)}
+    return summary, trials
+
+
+def time_split(trials: list) -> dict:
+    """Where an evaluation's time went, summed over its trials' distinct attempts."""
+    seen, policy_s, verify_s, tokens = set(), 0.0, 0.0, 0
+    for t in trials:
+        for a in t.attempts:
+            if id(a) not in seen:  # a shared first attempt counts once
+                seen.add(id(a))
+                policy_s, verify_s, tokens = policy_s + a.time_s, verify_s + a.verify_s, tokens + a.tokens
+    return {"attempts": len(seen), "policy_s": round(policy_s, 1), "verify_s": round(verify_s, 1),
+            "sampled_tokens": tokens}
+
+
+# ---- stages 3-5: warm start, GRPO, control ----------------------------------------------------------------
+def _hf_from_step(ckpt_dir: Path, step: int, out_dir: Path) -> None:
+    from reterm_jax.convert import restore_model
+    from reterm_jax.data.tokenizer import TINY_TOKENIZER_DIR
+    from reterm_jax.model.hf_io import save_pretrained
+    from reterm_jax.train.run_files import TOKENIZER_FILES
+    save_pretrained(restore_model(str(ckpt_dir / str(step)), config_dir=str(ckpt_dir)), str(out_dir))
+    for name in TOKENIZER_FILES:
+        if os.path.exists(os.path.join(TINY_TOKENIZER_DIR, name)):
+            shutil.copyfile(os.path.join(TINY_TOKENIZER_DIR, name), out_dir / name)
+
+
+def warm_start(out: Path, args, limits: dict, demos: Path, val: list[Path], gcfg, state: dict) -> Path:
+    from reterm_jax.convert import restore_model
+    from reterm_jax.train import sft
+    hf = out / "warm_start_hf"
+    if hf.exists() and "sft" in state:
+        return hf
+    cands = sorted(int(c) for c in args.sft_candidates.split(","))
+    cfg = sft_config.get_config("tiny")
+    cfg.seed = args.seed
+    cfg.data.path, cfg.data.seq_len, cfg.data.overlong = str(demos), limits["sft_seq_len"], "drop"
+    cfg.train.steps, cfg.train.export_hf, cfg.train.log_every = cands[-1], False, 50
+    every = math.gcd(*cands)
+    cfg.checkpoint.every, cfg.checkpoint.keep = every, cands[-1] // every + 1
+    t0 = time.time()
+    res = sft.train(cfg, str(out / "sft"))
+    state["sft"] = {"steps": cands[-1], "seq_len": cfg.data.seq_len, "target_tokens": res["target_tokens"],
+                    "train_s": round(time.time() - t0), "loss": {s: res["losses"][s] for s in cands if s in res["losses"]}}
+    _log(f"SFT: {cands[-1]} steps in {state['sft']['train_s']} s; losses at the candidates {state['sft']['loss']}")
+    ckpt = out / "sft" / "checkpoints"
+    val_scores = {}
+    for step in cands:
+        policy = _policy(gcfg, model=restore_model(str(ckpt / str(step)), config_dir=str(ckpt)))
+        summary, _ = evaluate(policy, val, samples=1, jobs=args.jobs, protocols=(FAULT_RECOVERY,))
+        val_scores[step] = summary[FAULT_RECOVERY]["score"]
+        _log(f"validation (train split, {len(val)} tasks): SFT step {step}: fault-recovery {val_scores[step]:.3f}")
+    chosen = learning_report.pick_warm_start(val_scores)
+    state["sft"].update(val_scores=val_scores, chosen_step=chosen)
+    _hf_from_step(ckpt, chosen, hf)
+    return hf
+
+
+def run_grpo(out: Path, gcfg, warm: Path, state: dict) -> Path:
+    from reterm_jax.train import grpo
+    hf = out / "grpo_hf"
+    if hf.exists() and "grpo" in state:
+        return hf
+    gcfg.init.checkpoint = str(warm)
+    t0 = time.time()
+    res = grpo.train(gcfg, str(out / "grpo"))
+    rewards = res["rewards"]
+    state["grpo"] = {"steps": gcfg.train.steps, "reward": [rewards[s] for s in sorted(rewards)],
+                     "updated_steps": res["updated_steps"], "skipped_steps": res["skipped_steps"],
+                     "target_tokens": res["target_tokens"], "train_s": round(time.time() - t0)}
+    _log(f"GRPO: {gcfg.train.steps} steps in {state['grpo']['train_s']} s, {len(res['updated_steps'])} updated; "
+         f"reward per step {[round(r, 2) for r in state['grpo']['reward']]}")
+    shutil.copytree(res["hf_dir"], hf, dirs_exist_ok=True)
+    return hf
+
+
+def run_control(out: Path, args, limits: dict, demos: Path, warm: Path, state: dict) -> Path:
+    """Continued SFT from the warm start for GRPO's loss-token count, at the SFT's final LR."""
+    from reterm_jax.train import sft
+    hf = out / "control_hf"
+    if hf.exists() and "control" in state:
+        return hf
+    per_step = state["sft"]["target_tokens"] / state["sft"]["steps"]
+    steps = int(round(state["grpo"]["target_tokens"] / per_step)) if per_step else 0
+    if steps == 0:  # GRPO applied no update: the compute-matched control is the warm start itself
+        shutil.copytree(warm, hf, dirs_exist_ok=True)
+        state["control"] = {"steps": 0, "target_tokens": 0.0}
+        return hf
+    cfg = sft_config.get_config("tiny")
+    cfg.seed = args.seed + 1  # another pass over the rows, not the warm start's order again
+    cfg.model.hf_path, cfg.data.tokenizer = str(warm), str(warm)
+    cfg.data.path, cfg.data.seq_len, cfg.data.overlong = str(demos), limits["sft_seq_len"], "drop"
+    cfg.train.steps, cfg.train.log_every = steps, 10
+    base = sft_config.get_config("tiny").optim
+    cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.end_lr_ratio = base.lr * base.end_lr_ratio, 0, 1.0
+    cfg.checkpoint.every = steps
+    res = sft.train(cfg, str(out / "control"))
+    state["control"] = {"steps": steps, "target_tokens": res["target_tokens"], "lr": cfg.optim.lr}
+    shutil.copytree(res["hf_dir"], hf, dirs_exist_ok=True)
+    _log(f"control: {steps} continued-SFT steps, {res['target_tokens']:.0f} loss tokens "
+         f"(GRPO: {state['grpo']['target_tokens']:.0f})")
+    return hf
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="runs/learning")
+    p.add_argument("--train", type=int, default=48, help="train-split instances (GRPO tasks and demonstrations)")
+    p.add_argument("--val", type=int, default=16, help="validation instances (train split, another seed)")
+    p.add_argument("--heldout", type=int, default=64, help="held-out instances to evaluate on")
+    p.add_argument("--samples", type=int, default=4, help="evaluation samples per held-out task and protocol")
+    p.add_argument("--protocols", default=f"shared,{FAULT_RECOVERY}",
+                   help=f"shared (pass@1, retry@2, recovery@2 from one first attempt) and/or {FAULT_RECOVERY}")
+    p.add_argument("--sft_candidates", default="400,800,1200", help="SFT steps scored on the validation slice")
+    p.add_argument("--grpo_steps", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--jobs", type=int, default=3, help="trials (and demo tasks) at once")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a configs/grpo.py:tiny field (repeatable)")
+    args = p.parse_args()
+    logging.set_verbosity(logging.WARNING)
+    protocols = tuple(x.strip() for x in args.protocols.split(",") if x.strip())
+    bad = [x for x in protocols if x not in ("shared", FAULT_RECOVERY)]
+    if bad:
+        sys.exit(f"--protocols: unknown {bad}; use shared and/or {FAULT_RECOVERY}")
+    out = Path(args.out).absolute()
+    out.mkdir(parents=True, exist_ok=True)
+    state_path = out / "state.json"
+    state = json.load(open(state_path)) if state_path.exists() else {}
+    stages = state.setdefault("stages_s", {})
+
+    def save():
+        json.dump(state, open(state_path, "w"), indent=1)
+
+    t_all = time.time()
+    t0 = time.time()
+    dirs = make_tasks(out, args)
+    demos = make_demos(out, dirs["train"], args.jobs)
+    limits = demo_limits(demos)
+    stages.setdefault("tasks_and_demos", round(time.time() - t0))
+    _log(f"tasks: {', '.join(f'{k} {len(v)}' for k, v in dirs.items())}; demos {limits['rows']} rows, "
+         f"longest {limits['longest_row']} tokens -> {limits}")
+
+    gcfg = grpo_config.get_config("tiny")
+    gcfg.seed = args.seed
+    gcfg.env.tasks = str(out / "tasks" / "train" / "*")
+    gcfg.train.steps = args.grpo_steps
+    r = gcfg.rollout
+    r.max_turns, r.max_tokens, r.cache_length = limits["max_turns"], limits["max_tokens"], limits["cache_length"]
+    gcfg.train.seq_len = limits["grpo_seq_len"]
+    _apply_sets(gcfg, args.set)
+    state["config"] = {"grpo": json.loads(gcfg.to_json_best_effort()), "limits": limits, "args": vars(args)}
+
+    for name, fn in (("warm_start", lambda: warm_start(out, args, limits, demos, dirs["val"], gcfg, state)),
+                     ("grpo", lambda: run_grpo(out, gcfg, out / "warm_start_hf", state)),
+                     ("control", lambda: run_control(out, args, limits, demos, out / "warm_start_hf", state))):
+        t0 = time.time()
+        fn()
+        stages.setdefault(name, round(time.time() - t0))
+        save()
+
+    evals, timing = {}, {}
+    for name in learning_report.POLICIES:
+        cache = out / f"eval_{name}.json"
+        if cache.exists():
+            saved = json.load(open(cache))
+            evals[name], timing[name] = saved["summary"], saved["time"]
+            continue
+        t0 = time.time()
+        summary, trials = evaluate(_policy(gcfg, str(out / f"{name}_hf")), dirs["heldout"], samples=args.samples,
+                                   jobs=args.jobs, protocols=protocols)
+        timing[name] = {**time_split(trials), "wall_s": round(time.time() - t0)}
+        evals[name] = summary
+        json.dump({"summary": summary, "time": timing[name], "trials": [t.to_json() for t in trials]},
+                  open(cache, "w"), indent=1)
+        stages.setdefault(f"eval_{name}", timing[name]["wall_s"])
+        save()
+        _log(f"held-out evaluation of {name}: " + ", ".join(f"{k} {v['score']:.3f}" for k, v in summary.items())
+             + f" ({timing[name]})")
+
+    res = learning_report.result(evals, tasks=len(dirs["heldout"]), samples=args.samples,
+                                 train_reward=state["grpo"]["reward"], wall_s=round(sum(stages.values())),
+                                 extra={"stages_s": stages, "eval_time": timing, "sft": state["sft"],
+                                        "grpo": {k: v for k, v in state["grpo"].items() if k != "reward"},
+                                        "control": state["control"], "limits": limits,
+                                        "this_invocation_s": round(time.time() - t_all)})
+    json.dump(res, open(out / "result.json", "w"), indent=1)
+    try:
+        learning_report.plot(res, evals, str(out / "learning.png"))
+    except ImportError:
+        _log("matplotlib is not installed: no learning.png (pip install matplotlib)")
+    held = res["heldout"]
+    _log(f"held-out ({held['tasks']} tasks x {held['samples']} samples):")
+    for label in evals["warm_start"]:
+        cells = "  ".join(f"{pol} {held[pol][label]:.3f}" for pol in learning_report.POLICIES)
+        g = held["gains"]["grpo-warm_start"][label]
+        _log(f"  {label:<15} {cells}  GRPO - warm start {g['mean']:+.3f} [{g['ci95'][0]:+.3f}, {g['ci95'][1]:+.3f}]")
+    _log(f"wrote {out / 'result.json'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""The learning run's bookkeeping (bench/learning_run.py): pure functions over evaluation summaries.
+
+    pick_warm_start   the SFT candidate a validation slice of the train split prefers
+    run_limits        rollout/row limits that cover the demonstration rows
+    result            the result.json object (held-out scores, paired gains with bootstrap CIs)
+    plot              learning.png: reward per GRPO step, the three evaluations with intervals
+"""
+from __future__ import annotations
+
+import math
+
+from reterm_jax.rl.evaluation import paired_difference
+
+POLICIES = ("warm_start", "grpo", "control")
+HEADLINE = "recovery@2"
+
+
+def pick_warm_start(val_scores: dict[int, float]) -> int:
+    """The SFT step whose validation score (mean verified recovery rate over validation tasks)
+    is highest; ties go to the earliest step (less memorised: more spread for GRPO's groups)."""
+    if not val_scores:
+        raise ValueError("pick_warm_start: no candidate was scored")
+    best = max(val_scores.values())
+    return min(step for step, score in val_scores.items() if score == best)
+
+
+def recovery_calls(row: dict) -> int:
+    """Tool calls in a demonstration row's recovery: the assistant turns after its last user turn."""
+    msgs = row["messages"]
+    last_user = max(i for i, m in enumerate(msgs) if m["role"] == "user")
+    return sum(len(m.get("tool_calls") or []) for m in msgs[last_user + 1:] if m["role"] == "assistant")
+
+
+def run_limits(longest_row: int, max_recovery_calls: int, *, multiple: int = 256) -> dict:
+    """Row length and turn limits that fit every demonstration: seq_len = the longest row rounded
+    up (SFT keeps every row whole); a recovery attempt may run 25% past it before it is cut
+    (max_tokens = the GRPO row); turns = the longest recovery's calls + 2 (a slower but correct
+    recovery is not cut off) + 1 for the closing claim."""
+    def up(n: int) -> int:
+        return int(math.ceil(n / multiple) * multiple)
+    seq_len = up(longest_row)
+    max_tokens = up(longest_row * 1.25)
+    return {"sft_seq_len": seq_len, "max_tokens": max_tokens, "grpo_seq_len": max_tokens,
+            "cache_length": max_tokens + 512, "max_turns": max_recovery_calls + 3}
+
+
+def scores(summary: dict) -> dict:
+    """{protocol: score} of an evaluation summary (rl.evaluation.summarize + fault-recovery)."""
+    return {label: s["score"] for label, s in summary.items()}
+
+
+def result(evals: dict[str, dict], *, tasks: int, samples: int, train_reward: list[float], wall_s: float,
+           extra: dict | None = None) -> dict:
+    """The result.json object. evals: {policy: summary} for POLICIES; gains are paired over the
+    held-out tasks (grpo - warm_start, grpo - control, control - warm_start) per protocol, the
+    headline's also as `recovery@2_gain`."""
+    missing = [p for p in POLICIES if p not in evals]
+    if missing:
+        raise ValueError(f"result: no evaluation of {missing}")
+    held = {"tasks": tasks, "samples": samples}
+    for p in POLICIES:
+        held[p] = scores(evals[p])
+    gains = {}
+    for a, b in (("grpo", "warm_start"), ("grpo", "control"), ("control", "warm_start")):
+        for label in evals[a]:
+            if label in evals[b]:
+                gains.setdefault(f"{a}-{b}", {})[label] = paired_difference(evals[a][label]["per_task"],
+                                                                            evals[b][label]["per_task"])
+    held["gains"] = gains
+    if HEADLINE in gains.get("grpo-warm_start", {}):
+        g = gains["grpo-warm_start"][HEADLINE]
+        held[f"{HEADLINE}_gain"] = {"mean": g["mean"], "ci95": g["ci95"]}
+    return {"heldout": held, "train_reward": list(train_reward), "wall_s": wall_s, **(extra or {})}
+
+
+def interval(per_task: dict[str, float], resamples: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    """95% bootstrap interval (over tasks) of a policy's mean score: the error bars of the plot."""
+    import numpy as np
+    x = np.array(list(per_task.values()), np.float64)
+    if not len(x):
+        return 0.0, 0.0
+    means = x[np.random.default_rng(seed).integers(0, len(x), size=(resamples, len(x)))].mean(axis=1)
+    lo, hi = np.quantile(means, [0.025, 0.975])
+    return float(lo), float(hi)
+
+
+def plot(res: dict, evals: dict[str, dict], path: str) -> None:
+    """learning.png: left, the GRPO rollout reward per step; right, each protocol's held-out score
+    for the three policies with 95% bootstrap intervals over tasks."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    reward = res["train_reward"]
+    left.plot(range(1, len(reward) + 1), reward, marker="o")
+    left.set(xlabel="GRPO step", ylabel="rollout reward mean", title="train instances (rollouts)")
+    labels = list(evals[POLICIES[0]])
+    width = 0.8 / len(POLICIES)
+    for j, p in enumerate(POLICIES):
+        xs = [i + (j - 1) * width for i in range(len(labels))]
+        ys = [evals[p][lab]["score"] for lab in labels]
+        ci = [interval(evals[p][lab]["per_task"]) for lab in labels]
+        err = [[y - lo for y, (lo, _) in zip(ys, ci)], [hi - y for y, (_, hi) in zip(ys, ci)]]
+        right.bar(xs, ys, width, yerr=err, capsize=3, label=p.replace("_", " "))
+    right.set_xticks(range(len(labels)), labels)
+    held = res["heldout"]
+    right.set(ylabel="verified success rate", ylim=(0, 1),
+              title=f"held-out: {held['tasks']} tasks x {held['samples']} samples (95% CI)")
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

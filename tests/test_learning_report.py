@@ -1,0 +1,50 @@
+"""The learning run's bookkeeping (reterm_jax/rl/learning_report.py): which SFT candidate the
+validation slice picks, the limits derived from the demonstration rows, result.json's shape and
+paired gains, and learning.png."""
+import pytest
+
+from reterm_jax.rl import learning_report as lr
+
+
+def test_pick_warm_start_best_then_earliest():
+    assert lr.pick_warm_start({400: 0.1, 800: 0.3, 1200: 0.3}) == 800
+    assert lr.pick_warm_start({1200: 0.0, 400: 0.0}) == 400
+    with pytest.raises(ValueError):
+        lr.pick_warm_start({})
+
+
+def test_limits_cover_the_longest_row_and_recovery():
+    row = {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "task"},
+                        {"role": "assistant", "content": "", "tool_calls": [{"name": "bash"}]},
+                        {"role": "tool", "content": "out"}, {"role": "user", "content": "retry"},
+                        {"role": "assistant", "content": "", "tool_calls": [{"name": "bash"}, {"name": "bash"}]},
+                        {"role": "tool", "content": "a"}, {"role": "tool", "content": "b"},
+                        {"role": "assistant", "content": "done"}]}
+    assert lr.recovery_calls(row) == 2
+    lim = lr.run_limits(2049, 5)
+    assert lim["sft_seq_len"] == 2304 and lim["max_tokens"] == 2816 == lim["grpo_seq_len"]
+    assert lim["cache_length"] > lim["max_tokens"] and lim["max_turns"] == 8
+
+
+def _summary(rates):
+    return {"recovery@2": {"score": sum(rates.values()) / len(rates), "per_task": rates}}
+
+
+def test_result_json_pairs_the_policies_over_tasks(tmp_path):
+    evals = {"warm_start": _summary({"a": 0.0, "b": 0.5}), "grpo": _summary({"a": 0.5, "b": 1.0}),
+             "control": _summary({"a": 0.0, "b": 0.5})}
+    res = lr.result(evals, tasks=2, samples=2, train_reward=[0.1, 0.4], wall_s=12.0)
+    held = res["heldout"]
+    assert held["grpo"]["recovery@2"] == 0.75 and held["warm_start"]["recovery@2"] == 0.25
+    assert held["recovery@2_gain"] == {"mean": 0.5, "ci95": [0.5, 0.5]}
+    assert held["gains"]["grpo-control"]["recovery@2"]["mean"] == 0.5
+    assert held["gains"]["control-warm_start"]["recovery@2"]["mean"] == 0.0
+    assert res["train_reward"] == [0.1, 0.4] and res["wall_s"] == 12.0
+    with pytest.raises(ValueError, match="control"):
+        lr.result({"warm_start": evals["warm_start"], "grpo": evals["grpo"]}, tasks=2, samples=2,
+                  train_reward=[], wall_s=0)
+    lo, hi = lr.interval({"a": 0.0, "b": 1.0})
+    assert 0.0 <= lo < 0.5 < hi <= 1.0
+    pytest.importorskip("matplotlib")
+    lr.plot(res, evals, str(tmp_path / "learning.png"))
+    assert (tmp_path / "learning.png").read_bytes()[:4] == b"\x89PNG"
