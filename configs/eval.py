@@ -37,11 +37,12 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c.model.tokenizer = ""          # tokenizer dir, or "qwen3.5"; empty: hf_path's own, else the real
     #                                 Qwen3.5 tokenizer for a 248k vocabulary, else the bundled tiny one
     c.model.dtype = "float32"
-    c.model.max_length = 4096       # sampler cache length per row
+    c.model.max_length = 3584       # sampler cache length per row (configs/grpo.py:tiny's rollout.cache_length)
 
     c.sampling = ml_collections.ConfigDict(dict(temperature=1.0, top_k=0, top_p=1.0))
-    # Harness limits (harness.Limits); the task's [agent].timeout_sec also caps wall_clock_s.
-    c.limits = ml_collections.ConfigDict(dict(max_turns=4, max_tokens=2048, max_new_tokens_per_turn=64,
+    # Harness limits (harness.Limits); the task's [agent].timeout_sec also caps wall_clock_s. The tiny
+    # ones are configs/grpo.py:tiny's rollout limits: a policy is scored under the limits it trained with.
+    c.limits = ml_collections.ConfigDict(dict(max_turns=18, max_tokens=3072, max_new_tokens_per_turn=256,
                                               wall_clock_s=300.0, command_timeout_s=30.0))
 
     if preset == "qwen3_5_9b":

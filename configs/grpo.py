@@ -36,6 +36,9 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     # makes the tiny model reproduce the demo recoveries often enough that GRPO groups carry
     # signal; after 300 steps its commands are still garbled and every group gets reward 0.
     c.init.sft_steps = 1200
+    c.init.sft_data = ""            # rows of that automatic SFT; empty: configs/sft.py's (the bundled demo
+    #                                 rows); e.g. `python -m reterm_jax.tasks demos` of generated train tasks
+    c.init.sft_seq_len = 0          # its packed row length (0 = configs/sft.py's 2048); cover the longest row
 
     c.env = ml_collections.ConfigDict()
     c.env.kind = "docker"           # docker: Harbor tasks in sandboxes | synthetic: no Docker, known optimum
@@ -56,7 +59,8 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     # harness.Limits per attempt (the task's agent timeout also caps the wall clock). A recovery
     # attempt's context holds the failed attempt, so max_tokens covers both (<= train.seq_len).
     # Tiny: the demo data's failed attempts are ~1.1-1.4k tokens, its turns ~70 tokens (90%: ~200).
-    c.rollout.max_turns = 8         # the demo recoveries take 3-7 commands + the closing claim
+    c.rollout.max_turns = 18        # the longest demonstrated recovery (15 commands in the bundled demo
+    #                                 rows, 9 in generated tasks' demos) + 2 of slack + the closing claim
     c.rollout.max_tokens = 3072
     c.rollout.max_new_tokens_per_turn = 256
     c.rollout.wall_clock_s = 300.0

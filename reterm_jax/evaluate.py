@@ -26,6 +26,9 @@ _CONFIG = config_flags.DEFINE_config_file("config", "configs/eval.py", "configs/
 _TASKS = flags.DEFINE_string("tasks", None, "A directory of task dirs, or one task dir.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory (default ./runs/eval-<timestamp>).")
 _OUT = flags.DEFINE_string("out", None, "Results JSON path (default <workdir>/results.json).")
+_BASELINE = flags.DEFINE_string("baseline", None, "Another run's results JSON on the same tasks (e.g. the warm "
+                                "start's): also print this policy minus that one per protocol, paired over tasks, "
+                                "with a 95% bootstrap interval.")
 
 
 def task_dirs(path: str) -> list[Path]:
@@ -154,6 +157,33 @@ def evaluate(config, dirs: list[Path], policy) -> list[evaluation.Trial]:
     return trials
 
 
+def load_baseline(path: str) -> dict:
+    """A results JSON's summary, checked before anything runs."""
+    try:
+        return json.loads(Path(path).read_text())["summary"]
+    except (OSError, ValueError, KeyError) as e:
+        raise UserError(f"--baseline={path}: not a results JSON of `python -m reterm_jax.evaluate` "
+                        f"({type(e).__name__}: {e})") from None
+
+
+def compare(summary: dict, baseline: dict) -> str:
+    """Per protocol both runs have: the baseline's score, this one's, and the paired difference over
+    the tasks both scored (95% bootstrap interval over tasks)."""
+    lines = [f"{'protocol':<12}{'baseline':>10}{'this':>8}{'difference [95% CI]':>26}{'tasks':>7}"]
+    for label, s in summary.items():
+        b = baseline.get(label)
+        if not b:
+            continue
+        common = sorted(set(s["per_task"]) & set(b["per_task"]))
+        if not common:
+            continue
+        this, base = ({t: d["per_task"][t] for t in common} for d in (s, b))
+        g = evaluation.paired_difference(this, base)
+        lines.append(f"{label:<12}{sum(base.values()) / len(common):>10.3f}{sum(this.values()) / len(common):>8.3f}"
+                     f"{g['mean']:>+12.3f} [{g['ci95'][0]:+.2f}, {g['ci95'][1]:+.2f}]{len(common):>7}")
+    return "\n".join(lines)
+
+
 def main(argv):
     if len(argv) > 1:
         raise UserError(f"unexpected arguments {argv[1:]}; settings go in --config.a.b=value flags")
@@ -162,6 +192,7 @@ def main(argv):
         raise UserError("--tasks=DIR is required")
     dirs = task_dirs(_TASKS.value)
     check_config(config)
+    baseline = load_baseline(_BASELINE.value) if _BASELINE.value else None
     workdir = _WORKDIR.value or os.path.join("runs", f"eval-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}")
     out = Path(_OUT.value or os.path.join(workdir, "results.json"))
     from reterm_jax.sandbox.sandbox import use_config_runtime
@@ -176,6 +207,9 @@ def main(argv):
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1, default=str))
     print(evaluation.format_table(trials, k))
+    if baseline is not None:
+        print(f"\nthis policy vs --baseline={_BASELINE.value} (same tasks; same per-trial sampling keys):")
+        print(compare(results["summary"], baseline))
     print(f"results: {out.resolve()}")
     broken = sorted({t.task for t in trials if t.error})
     if broken:

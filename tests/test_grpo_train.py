@@ -264,6 +264,12 @@ def test_presets_check_and_match_the_sft_model():
     c.rollout.param_dtype = "bf16"
     with pytest.raises(ValueError, match="rollout.param_dtype='bf16'.*'bfloat16'"):
         check_config(c, 1)
+    c = grpo_config.get_config("tiny")
+    c.init.sft_data = "/nonexistent/demos.jsonl"
+    with pytest.raises(ValueError, match="init.sft_data=/nonexistent/demos.jsonl: no such file"):
+        check_config(c, 1)
+    c.init.sft_data = "org/hub-dataset"  # a datasets hub name is not checked on disk
+    check_config(c, 1)
 
 
 def test_a_step_without_signal_changes_nothing(tmp_path, monkeypatch):

@@ -232,10 +232,11 @@ class FailureBank:
         with self._lock:
             keep = {e["image_id"] for e in self._index.values()}
         sel = labels.managed_filter(labels.KIND_BANK, **{labels.BANK: self.bank_id})
-        images = [im for im in get_client().images.list(all=True, filters=sel) if im.id not in keep]
+        # the low-level listing: no inspect per image that a concurrent removal could race
+        images = [im for im in get_client().api.images(all=True, filters=sel) if im["Id"] not in keep]
         # Newest first: children go before the parents Docker keeps for them.
-        for im in sorted(images, key=lambda im: im.attrs.get("Created", ""), reverse=True):
-            self._remove_image(im.id)
+        for im in sorted(images, key=lambda im: im.get("Created", 0), reverse=True):
+            self._remove_image(im["Id"])
 
     def _write_index(self) -> None:
         with self._lock:

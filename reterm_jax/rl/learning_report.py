@@ -92,8 +92,14 @@ def plot(res: dict, evals: dict[str, dict], path: str) -> None:
     import matplotlib.pyplot as plt
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     reward = res["train_reward"]
-    left.plot(range(1, len(reward) + 1), reward, marker="o")
+    steps = list(range(1, len(reward) + 1))
+    skipped = set(res.get("grpo", {}).get("skipped_steps") or [])
+    left.plot(steps, reward, color="C0")
+    for hollow, label in ((False, "updated"), (True, "skipped (no group with signal)")):
+        xs = [s for s in steps if (s in skipped) == hollow]
+        left.plot(xs, [reward[s - 1] for s in xs], "o", color="C0", mfc="white" if hollow else "C0", label=label)
     left.set(xlabel="GRPO step", ylabel="rollout reward mean", title="train instances (rollouts)")
+    left.legend()
     labels = list(evals[POLICIES[0]])
     width = 0.8 / len(POLICIES)
     for j, p in enumerate(POLICIES):

@@ -46,7 +46,9 @@ def _abandoned(obj_labels: dict, everything: bool) -> bool:
 def reap(everything: bool = False) -> ReapReport:
     client = get_client()
     report = ReapReport()
-    for c in client.containers.list(all=True, filters=labels.managed_filter()):
+    # ignore_removed: list() inspects each container after listing them, and another process (a
+    # concurrent run's pool) may remove one in between; that is not an error of this reap.
+    for c in client.containers.list(all=True, filters=labels.managed_filter(), ignore_removed=True):
         if _abandoned(c.labels, everything):
             try:
                 c.remove(force=True)
@@ -56,17 +58,18 @@ def reap(everything: bool = False) -> ReapReport:
             except docker.errors.APIError as e:
                 report.errors.append(f"container {c.name}: {e}")
     kinds = [labels.KIND_SNAPSHOT] + ([labels.KIND_TASK_IMAGE] if everything else [])
-    images = [im for k in kinds for im in client.images.list(filters=labels.managed_filter(k))
-              if _abandoned(im.labels, everything)
-              and im.labels.get(labels.KIND) != labels.KIND_BANK]  # never, whatever the filter
+    # The low-level listing (one call, no inspect per image, so no race with a concurrent removal).
+    images = [im for k in kinds for im in client.api.images(filters=labels.managed_filter(k))
+              if _abandoned(im.get("Labels") or {}, everything)
+              and (im.get("Labels") or {}).get(labels.KIND) != labels.KIND_BANK]  # never, whatever the filter
     # Newest first so children go before their parents; a second pass catches the rest.
-    images.sort(key=lambda im: im.attrs.get("Created", ""), reverse=True)
+    images.sort(key=lambda im: im.get("Created", 0), reverse=True)
     for _ in range(2):
         left = []
         for im in images:
             try:
-                client.images.remove(im.id, force=True)
-                if im.labels.get(labels.KIND) == labels.KIND_SNAPSHOT:
+                client.images.remove(im["Id"], force=True)
+                if (im.get("Labels") or {}).get(labels.KIND) == labels.KIND_SNAPSHOT:
                     report.snapshots += 1
                 else:
                     report.task_images += 1
@@ -75,7 +78,7 @@ def reap(everything: bool = False) -> ReapReport:
             except docker.errors.APIError as e:
                 left.append((im, e))
         images = [im for im, _ in left]
-    report.errors += [f"image {im.id[7:19]}: {e}" for im, e in left]
+    report.errors += [f"image {im['Id'][7:19]}: {e}" for im, e in left]
     if everything:
         for net in client.networks.list(filters=labels.managed_filter()):
             try:

@@ -127,6 +127,14 @@ def check_config(config, n_data_parallel: int | None = None) -> None:
             raise UserError(f"--config.bank.{name}={config.bank[name]}: must be >= 0 (0 = off)")
     if s.get("max_wait_s", 0.0) < 0:
         raise UserError(f"--config.stream.max_wait_s={s.max_wait_s}: must be >= 0 (0 = wait forever)")
+    sft_data = config.init.get("sft_data", "")
+    looks_local = sft_data.startswith(("/", "./", "../", "~")) or sft_data.endswith((".jsonl", ".json", ".parquet",
+                                                                                       ".arrow"))
+    if sft_data and not config.init.checkpoint and looks_local and not os.path.exists(os.path.expanduser(sft_data)):
+        raise UserError(f"--config.init.sft_data={sft_data}: no such file or directory (the warm start's SFT rows: "
+                        "e.g. `python -m reterm_jax.tasks demos DIR/* --out=demos.jsonl`)")
+    if config.init.get("sft_seq_len", 0) < 0:
+        raise UserError(f"--config.init.sft_seq_len={config.init.sft_seq_len}: must be >= 0 (0 = configs/sft.py's)")
     check_checkpoint_fields(config)
     if n_data_parallel is None:
         return
@@ -218,6 +226,10 @@ def warm_start_sft(config, workdir: str) -> str:
     sft_config.mesh = config.mesh.copy_and_resolve_references()
     if config.init.sft_steps:
         sft_config.train.steps = config.init.sft_steps
+    if config.init.get("sft_data"):
+        sft_config.data.path = config.init.sft_data
+    if config.init.get("sft_seq_len"):
+        sft_config.data.seq_len = config.init.sft_seq_len
     sft_dir = os.path.join(workdir, "sft")
     ckpt_dir = os.path.join(sft_dir, "checkpoints")
     done = os.path.isdir(ckpt_dir) and str(sft_config.train.steps) in os.listdir(ckpt_dir)
