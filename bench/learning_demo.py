@@ -84,13 +84,8 @@ def _evaluate(gcfg, checkpoint: str, dirs: list[Path], args) -> dict:
               for (d, p, s), o in zip(jobs, outcomes)]
     out = evaluation.summarize([t for (_, p, _), t in zip(jobs, trials) if p != FAULT_RECOVERY], args.k)
     fault = [t for (_, p, _), t in zip(jobs, trials) if p == FAULT_RECOVERY]
-    if fault:  # the model's attempt (the 2nd) resolved the task, per task averaged over samples
-        per_task: dict[str, list[bool]] = {}
-        for t in fault:
-            per_task.setdefault(t.task, []).append(len(t.attempts) > 1 and t.attempts[1].resolved)
-        rates = {k: sum(v) / len(v) for k, v in sorted(per_task.items())}
-        out[FAULT_RECOVERY] = {"score": sum(rates.values()) / len(rates), "per_task": rates, "tasks": len(rates),
-                               "trials": len(fault), "errored_trials": sum(t.error is not None for t in fault)}
+    if fault:
+        out[FAULT_RECOVERY] = evaluation.fault_recovery_summary(fault)
     return out
 
 

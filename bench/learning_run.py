@@ -152,13 +152,8 @@ def evaluate(policy, dirs: list[Path], *, samples: int, jobs: int, protocols: tu
             trials.extend(evaluation.Trial(d.name, p, sample, error=o.error) for p in names)
     summary = evaluation.summarize([t for t in trials if t.protocol != FAULT_RECOVERY], 2)
     fault = [t for t in trials if t.protocol == FAULT_RECOVERY]
-    if fault:  # the model's attempt (the 2nd) resolved the task
-        per_task: dict[str, list[bool]] = {}
-        for t in fault:
-            per_task.setdefault(t.task, []).append(len(t.attempts) > 1 and t.attempts[1].resolved)
-        rates = {k: sum(v) / len(v) for k, v in sorted(per_task.items())}
-        summary[FAULT_RECOVERY] = {"score": sum(rates.values()) / len(rates), "per_task": rates, "tasks": len(rates),
-                                   "trials": len(fault), "errored_trials": sum(t.error is not None for t in fault)}
+    if fault:
+        summary[FAULT_RECOVERY] = evaluation.fault_recovery_summary(fault)
     return summary, trials
 
 

@@ -48,3 +48,18 @@ def test_result_json_pairs_the_policies_over_tasks(tmp_path):
     pytest.importorskip("matplotlib")
     lr.plot(res, evals, str(tmp_path / "learning.png"))
     assert (tmp_path / "learning.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_fault_recovery_counts_the_models_attempt_only():
+    from reterm_jax.rl.evaluation import AttemptRecord, Trial, fault_recovery_summary
+
+    def rec(i, ok):
+        return AttemptRecord(attempt=i, reward=float(ok), resolved=ok, tokens=0, context_tokens=0, turns=1,
+                             time_s=0.0, verify_s=0.0, end_reason="completed")
+    trials = [Trial("a", "fault-recovery", 0, [rec(1, False), rec(2, True)]),
+              Trial("a", "fault-recovery", 1, [rec(1, False), rec(2, False)]),
+              Trial("b", "fault-recovery", 0, [rec(1, True)]),  # the fault itself "passed": not the model's
+              Trial("c", "fault-recovery", 0, error="image build failed")]
+    s = fault_recovery_summary(trials)
+    assert s["per_task"] == {"a": 0.5, "b": 0.0, "c": 0.0} and s["score"] == 0.5 / 3
+    assert (s["tasks"], s["trials"], s["errored_trials"]) == (3, 4, 1)

@@ -180,6 +180,18 @@ def summarize(trials: list[Trial], k: int) -> dict:
     return out
 
 
+def fault_recovery_summary(trials: list[Trial]) -> dict:
+    """summarize()'s entry for recovery@2 trials whose attempt 1 was the task's scripted fault
+    (policies.fault_then): per task, the fraction of samples where the model's attempt (the 2nd)
+    resolved it."""
+    per_task: dict[str, list[bool]] = {}
+    for t in trials:
+        per_task.setdefault(t.task, []).append(len(t.attempts) > 1 and t.attempts[1].resolved)
+    rates = {k: sum(v) / len(v) for k, v in sorted(per_task.items())}
+    return {"score": sum(rates.values()) / len(rates) if rates else 0.0, "per_task": rates, "tasks": len(rates),
+            "trials": len(trials), "errored_trials": sum(t.error is not None for t in trials)}
+
+
 def format_table(trials: list[Trial], k: int) -> str:
     summary = summarize(trials, k)
     labels = list(summary)
