@@ -92,3 +92,15 @@ def test_rows_that_all_miss_seq_len_stop_the_run_with_one_error_line(tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: --config.data.seq_len=64: none of the 22 rows fits") and "overlong=truncate" in last
     assert "Traceback" not in proc.stderr and not os.path.exists(tmp_path / "checkpoints")
+
+
+def test_the_printed_resume_command_keeps_a_glob_quoted():
+    import shlex
+
+    from reterm_jax.train.__main__ import outputs_lines
+    argv = ["--config=configs/grpo.py", "--config.env.tasks=gen/train/*", "--workdir=/tmp/w"]
+    (resume,) = [line for line in outputs_lines({"hf_dir": None}, "/tmp/w", argv) if line.startswith("to resume")]
+    command = resume.split(": ", 1)[1]
+    assert "'--config.env.tasks=gen/train/*'" in command  # quoted: a shell passes the glob on unexpanded
+    assert shlex.split(command) == ["python", "-m", "reterm_jax.train", "--config=configs/grpo.py",
+                                    "--config.env.tasks=gen/train/*", "--workdir=/tmp/w"]

@@ -2,6 +2,7 @@
 config.mode (the package `reterm_jax.train` holds the loops; this is its command line)."""
 import datetime
 import os
+import shlex
 import sys
 
 from absl import flags, logging
@@ -42,7 +43,8 @@ def main(argv):
 
 
 def outputs_lines(result: dict, workdir: str, argv: list[str]) -> list[str]:
-    """Where the run's outputs are, and the commands to resume it, evaluate it and look at it."""
+    """Where the run's outputs are, and the commands to resume it, evaluate it and look at it (shell-quoted:
+    a pasted `--config.env.tasks=DIR/*` must reach the program as a glob, not as the files it matches)."""
     wd = os.path.abspath(workdir)
     args = [a for a in argv if not a.startswith("--workdir")]
     lines = [f"workdir: {wd}", f"  checkpoints: {os.path.join(wd, 'checkpoints')}",
@@ -51,7 +53,7 @@ def outputs_lines(result: dict, workdir: str, argv: list[str]) -> list[str]:
     if hf:
         lines.append(f"  HF export:   {hf}")
     lines += ["to resume (or extend with a larger --config.train.steps): "
-              f"python -m reterm_jax.train {' '.join(args)} --workdir={wd}",
+              f"python -m reterm_jax.train {shlex.join(args)} --workdir={shlex.quote(wd)}",
               f"to look at the curves: tensorboard --logdir={os.path.join(wd, 'tb')}"]
     if hf:
         lines.append(f"to evaluate it: python -m reterm_jax.evaluate --config=configs/eval.py --tasks=tasks "
