@@ -181,34 +181,40 @@ def _hf_from_step(ckpt_dir: Path, step: int, out_dir: Path) -> None:
             shutil.copyfile(os.path.join(TINY_TOKENIZER_DIR, name), out_dir / name)
 
 
-def warm_start(out: Path, args, limits: dict, demos: Path, val: list[Path], gcfg, state: dict) -> Path:
+def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, state: dict) -> Path:
+    """SFT to the largest candidate step (once), then each candidate scored on the validation slice
+    and, to break ties, on a slice of the train instances it learned from; the best is exported."""
     from reterm_jax.convert import restore_model
     from reterm_jax.train import sft
     hf = out / "warm_start_hf"
-    if hf.exists() and "sft" in state:
-        return hf
     cands = sorted(int(c) for c in args.sft_candidates.split(","))
-    cfg = sft_config.get_config("tiny")
-    cfg.seed = args.seed
-    cfg.data.path, cfg.data.seq_len, cfg.data.overlong = str(demos), limits["sft_seq_len"], "drop"
-    cfg.train.steps, cfg.train.export_hf, cfg.train.log_every = cands[-1], False, 50
-    every = math.gcd(*cands)
-    cfg.checkpoint.every, cfg.checkpoint.keep = every, cands[-1] // every + 1
-    t0 = time.time()
-    res = sft.train(cfg, str(out / "sft"))
-    state["sft"] = {"steps": cands[-1], "seq_len": cfg.data.seq_len, "target_tokens": res["target_tokens"],
-                    "train_s": round(time.time() - t0), "loss": {s: res["losses"][s] for s in cands if s in res["losses"]}}
-    _log(f"SFT: {cands[-1]} steps in {state['sft']['train_s']} s; losses at the candidates {state['sft']['loss']}")
     ckpt = out / "sft" / "checkpoints"
-    val_scores = {}
-    for step in cands:
-        policy = _policy(gcfg, model=restore_model(str(ckpt / str(step)), config_dir=str(ckpt)))
-        summary, _ = evaluate(policy, val, samples=1, jobs=args.jobs, protocols=(FAULT_RECOVERY,))
-        val_scores[step] = summary[FAULT_RECOVERY]["score"]
-        _log(f"validation (train split, {len(val)} tasks): SFT step {step}: fault-recovery {val_scores[step]:.3f}")
-    chosen = learning_report.pick_warm_start(val_scores)
-    state["sft"].update(val_scores=val_scores, chosen_step=chosen)
-    _hf_from_step(ckpt, chosen, hf)
+    if "target_tokens" not in state.get("sft", {}):
+        cfg = sft_config.get_config("tiny")
+        cfg.seed = args.seed
+        cfg.data.path, cfg.data.seq_len, cfg.data.overlong = str(demos), limits["sft_seq_len"], "drop"
+        cfg.train.steps, cfg.train.export_hf, cfg.train.log_every = cands[-1], False, 50
+        every = math.gcd(*cands)
+        cfg.checkpoint.every, cfg.checkpoint.keep = every, cands[-1] // every + 1
+        t0 = time.time()
+        res = sft.train(cfg, str(out / "sft"))
+        state["sft"] = {"steps": cands[-1], "seq_len": cfg.data.seq_len, "target_tokens": res["target_tokens"],
+                        "train_s": round(time.time() - t0),
+                        "loss": {s: res["losses"][s] for s in cands if s in res["losses"]}}
+        _log(f"SFT: {cands[-1]} steps in {state['sft']['train_s']} s; losses at the candidates {state['sft']['loss']}")
+    if "chosen_step" not in state["sft"]:
+        fit = dirs["train"][::max(1, len(dirs["train"]) // max(1, len(dirs["val"])))][:len(dirs["val"])]
+        val_scores, fit_scores = {}, {}
+        for step in cands:
+            policy = _policy(gcfg, model=restore_model(str(ckpt / str(step)), config_dir=str(ckpt)))
+            for name, tasks, scores in (("validation", dirs["val"], val_scores), ("train fit", fit, fit_scores)):
+                summary, _ = evaluate(policy, tasks, samples=1, jobs=args.jobs, protocols=(FAULT_RECOVERY,))
+                scores[step] = summary[FAULT_RECOVERY]["score"]
+                _log(f"{name} ({len(tasks)} tasks): SFT step {step}: fault-recovery {scores[step]:.3f}")
+        chosen = learning_report.pick_warm_start(val_scores, fit_scores)
+        state["sft"].update(val_scores=val_scores, fit_scores=fit_scores, chosen_step=chosen)
+    if not hf.exists():
+        _hf_from_step(ckpt, state["sft"]["chosen_step"], hf)
     return hf
 
 
@@ -307,7 +313,7 @@ def main() -> None:
     _apply_sets(gcfg, args.set)
     state["config"] = {"grpo": json.loads(gcfg.to_json_best_effort()), "limits": limits, "args": vars(args)}
 
-    for name, fn in (("warm_start", lambda: warm_start(out, args, limits, demos, dirs["val"], gcfg, state)),
+    for name, fn in (("warm_start", lambda: warm_start(out, args, limits, demos, dirs, gcfg, state)),
                      ("grpo", lambda: run_grpo(out, gcfg, out / "warm_start_hf", state)),
                      ("control", lambda: run_control(out, args, limits, demos, out / "warm_start_hf", state))):
         t0 = time.time()
@@ -316,8 +322,15 @@ def main() -> None:
         save()
 
     evals, timing = {}, {}
+    # A policy with the warm start's params (GRPO applied no update; a 0-step control) gets the
+    # same trials by construction (same params, same per-trial keys): its evaluation is reused.
+    same_as_warm = {"grpo": not state["grpo"]["updated_steps"], "control": state["control"]["steps"] == 0}
     for name in learning_report.POLICIES:
         cache = out / f"eval_{name}.json"
+        if same_as_warm.get(name):
+            evals[name], timing[name] = evals["warm_start"], {"reused": "warm_start (identical params)"}
+            _log(f"held-out evaluation of {name}: its params are the warm start's, so are its trials (reused)")
+            continue
         if cache.exists():
             saved = json.load(open(cache))
             evals[name], timing[name] = saved["summary"], saved["time"]

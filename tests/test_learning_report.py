@@ -9,6 +9,10 @@ from reterm_jax.rl import learning_report as lr
 def test_pick_warm_start_best_then_earliest():
     assert lr.pick_warm_start({400: 0.1, 800: 0.3, 1200: 0.3}) == 800
     assert lr.pick_warm_start({1200: 0.0, 400: 0.0}) == 400
+    # a validation tie goes to the candidate that fits its own training better, then the earliest
+    assert lr.pick_warm_start({400: 0.0, 800: 0.0}, {400: 0.1, 800: 0.5}) == 800
+    assert lr.pick_warm_start({400: 0.2, 800: 0.0}, {400: 0.1, 800: 0.5}) == 400
+    assert lr.pick_warm_start({400: 0.0, 800: 0.0}, {400: 0.0, 800: 0.0}) == 400
     with pytest.raises(ValueError):
         lr.pick_warm_start({})
 

@@ -15,13 +15,19 @@ POLICIES = ("warm_start", "grpo", "control")
 HEADLINE = "recovery@2"
 
 
-def pick_warm_start(val_scores: dict[int, float]) -> int:
+def pick_warm_start(val_scores: dict[int, float], fit_scores: dict[int, float] | None = None) -> int:
     """The SFT step whose validation score (mean verified recovery rate over validation tasks)
-    is highest; ties go to the earliest step (less memorised: more spread for GRPO's groups)."""
+    is highest; among ties, the best `fit_scores` (the same score on train instances it learned
+    from: a warm start that at least reproduces its training gives GRPO's groups on train tasks a
+    chance of signal); then the earliest step (less memorised)."""
     if not val_scores:
         raise ValueError("pick_warm_start: no candidate was scored")
     best = max(val_scores.values())
-    return min(step for step, score in val_scores.items() if score == best)
+    tied = [step for step, score in val_scores.items() if score == best]
+    if fit_scores:
+        best_fit = max(fit_scores[step] for step in tied)
+        tied = [step for step in tied if fit_scores[step] == best_fit]
+    return min(tied)
 
 
 def recovery_calls(row: dict) -> int:
