@@ -181,7 +181,7 @@ def _hf_from_step(ckpt_dir: Path, step: int, out_dir: Path) -> None:
             shutil.copyfile(os.path.join(TINY_TOKENIZER_DIR, name), out_dir / name)
 
 
-def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, state: dict) -> Path:
+def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, state: dict, save) -> Path:
     """SFT to the largest candidate step (once), then each candidate scored on the validation slice
     and, to break ties, on a slice of the train instances it learned from; the best is exported."""
     from reterm_jax.convert import restore_model
@@ -202,6 +202,7 @@ def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, sta
                         "train_s": round(time.time() - t0),
                         "loss": {s: res["losses"][s] for s in cands if s in res["losses"]}}
         _log(f"SFT: {cands[-1]} steps in {state['sft']['train_s']} s; losses at the candidates {state['sft']['loss']}")
+        save()  # a rerun must not redo (or lose the token count of) a finished SFT
     if "chosen_step" not in state["sft"]:
         fit = dirs["train"][::max(1, len(dirs["train"]) // max(1, len(dirs["val"])))][:len(dirs["val"])]
         val_scores, fit_scores = {}, {}
@@ -313,7 +314,7 @@ def main() -> None:
     _apply_sets(gcfg, args.set)
     state["config"] = {"grpo": json.loads(gcfg.to_json_best_effort()), "limits": limits, "args": vars(args)}
 
-    for name, fn in (("warm_start", lambda: warm_start(out, args, limits, demos, dirs, gcfg, state)),
+    for name, fn in (("warm_start", lambda: warm_start(out, args, limits, demos, dirs, gcfg, state, save)),
                      ("grpo", lambda: run_grpo(out, gcfg, out / "warm_start_hf", state)),
                      ("control", lambda: run_control(out, args, limits, demos, out / "warm_start_hf", state))):
         t0 = time.time()
