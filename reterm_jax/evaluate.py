@@ -166,24 +166,6 @@ def load_baseline(path: str) -> dict:
                         f"({type(e).__name__}: {e})") from None
 
 
-def compare(summary: dict, baseline: dict) -> str:
-    """Per protocol both runs have: the baseline's score, this one's, and the paired difference over
-    the tasks both scored (95% bootstrap interval over tasks)."""
-    lines = [f"{'protocol':<12}{'baseline':>10}{'this':>8}{'difference [95% CI]':>26}{'tasks':>7}"]
-    for label, s in summary.items():
-        b = baseline.get(label)
-        if not b:
-            continue
-        common = sorted(set(s["per_task"]) & set(b["per_task"]))
-        if not common:
-            continue
-        this, base = ({t: d["per_task"][t] for t in common} for d in (s, b))
-        g = evaluation.paired_difference(this, base)
-        lines.append(f"{label:<12}{sum(base.values()) / len(common):>10.3f}{sum(this.values()) / len(common):>8.3f}"
-                     f"{g['mean']:>+12.3f} [{g['ci95'][0]:+.2f}, {g['ci95'][1]:+.2f}]{len(common):>7}")
-    return "\n".join(lines)
-
-
 def main(argv):
     if len(argv) > 1:
         raise UserError(f"unexpected arguments {argv[1:]}; settings go in --config.a.b=value flags")
@@ -209,7 +191,7 @@ def main(argv):
     print(evaluation.format_table(trials, k))
     if baseline is not None:
         print(f"\nthis policy vs --baseline={_BASELINE.value} (same tasks; same per-trial sampling keys):")
-        print(compare(results["summary"], baseline))
+        print(evaluation.format_comparison(results["summary"], baseline))
     print(f"results: {out.resolve()}")
     broken = sorted({t.task for t in trials if t.error})
     if broken:

@@ -95,11 +95,15 @@ def test_rows_that_all_miss_seq_len_stop_the_run_with_one_error_line(tmp_path):
 
 
 def test_the_printed_resume_command_keeps_a_glob_quoted():
+    import json
     import shlex
-
-    from reterm_jax.train.__main__ import outputs_lines
-    argv = ["--config=configs/grpo.py", "--config.env.tasks=gen/train/*", "--workdir=/tmp/w"]
-    (resume,) = [line for line in outputs_lines({"hf_dir": None}, "/tmp/w", argv) if line.startswith("to resume")]
+    # in a subprocess: importing reterm_jax.train.__main__ defines absl flags for this process
+    code = ("import json; from reterm_jax.train.__main__ import outputs_lines; print(json.dumps(outputs_lines("
+            "{'hf_dir': None}, '/tmp/w', ['--config=configs/grpo.py', '--config.env.tasks=gen/train/*', "
+            "'--workdir=/tmp/w'])))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (resume,) = [line for line in json.loads(proc.stdout.strip().splitlines()[-1]) if line.startswith("to resume")]
     command = resume.split(": ", 1)[1]
     assert "'--config.env.tasks=gen/train/*'" in command  # quoted: a shell passes the glob on unexpanded
     assert shlex.split(command) == ["python", "-m", "reterm_jax.train", "--config=configs/grpo.py",

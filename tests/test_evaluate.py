@@ -205,11 +205,10 @@ def test_model_recovery_attempts_continue_the_exact_tokens(docker_client):
 
 
 def test_compare_pairs_two_runs_over_their_common_tasks():
-    from reterm_jax.evaluate import compare
     this = {"recovery@2": {"score": 0.5, "per_task": {"a": 1.0, "b": 0.0, "c": 0.5}},
             "pass@1": {"score": 0.0, "per_task": {"a": 0.0}}}
     base = {"recovery@2": {"score": 0.0, "per_task": {"a": 0.0, "b": 0.0}}}
-    lines = compare(this, base).splitlines()
+    lines = evaluation.format_comparison(this, base).splitlines()
     assert len(lines) == 2 and lines[1].split()[:4] == ["recovery@2", "0.000", "0.500", "+0.500"]
     assert lines[1].split()[-1] == "2"  # task c is not in the baseline: left out of the pairing
 

@@ -206,6 +206,22 @@ def format_table(trials: list[Trial], k: int) -> str:
     return "\n".join(lines)
 
 
+def format_comparison(summary: dict, baseline: dict) -> str:
+    """Per protocol both summaries have: the baseline's score, this one's, and the paired difference
+    over the tasks both scored (95% bootstrap interval over tasks); `evaluate --baseline` prints it."""
+    lines = [f"{'protocol':<12}{'baseline':>10}{'this':>8}{'difference [95% CI]':>26}{'tasks':>7}"]
+    for label, s in summary.items():
+        b = baseline.get(label)
+        common = sorted(set(s["per_task"]) & set(b["per_task"])) if b else []
+        if not common:
+            continue
+        this, base = ({t: d["per_task"][t] for t in common} for d in (s, b))
+        g = paired_difference(this, base)
+        lines.append(f"{label:<12}{sum(base.values()) / len(common):>10.3f}{sum(this.values()) / len(common):>8.3f}"
+                     f"{g['mean']:>+12.3f} [{g['ci95'][0]:+.2f}, {g['ci95'][1]:+.2f}]{len(common):>7}")
+    return "\n".join(lines)
+
+
 def paired_difference(after: dict[str, float], before: dict[str, float], *, resamples: int = 10_000,
                       seed: int = 0, level: float = 0.95) -> dict:
     """The mean over tasks of after[t] - before[t] (per-task success rates of two policies scored
