@@ -34,11 +34,11 @@ import grpo as grpo_config  # noqa: E402  (configs/grpo.py)
 from reterm_jax.rl import evaluation  # noqa: E402
 from reterm_jax.rl.policies import fault_then  # noqa: E402
 from reterm_jax.train import grpo  # noqa: E402
+from learning_run import FAULT_RECOVERY, apply_sets, model_policy  # noqa: E402  (bench/learning_run.py)
 
 
-# Recovery from each task's scripted fault (what the tiny preset's failure bank holds): attempt 1
-# runs the fault commands, attempt 2 is the model's, continuing the failed history (recovery@2).
-FAULT_RECOVERY = "fault-recovery"
+# FAULT_RECOVERY: recovery from each task's scripted fault (what the tiny preset's failure bank
+# holds): attempt 1 runs the fault commands, attempt 2 is the model's, continuing the failed history.
 
 
 def _policy(gcfg, checkpoint: str):
@@ -46,19 +46,7 @@ def _policy(gcfg, checkpoint: str):
     no top-k/p) under the GRPO rollout limits (reterm_jax.evaluate's model policy, built here:
     that module's absl flags clash with reterm_jax.convert's in one process)."""
     from reterm_jax.convert import restore_model
-    from reterm_jax.data import load_tokenizer, special_ids
-    from reterm_jax.rl.harness import Limits
-    from reterm_jax.rl.policies import ModelPolicy
-    from reterm_jax.rl.sampler import Sampler
-    from reterm_jax.rl.sampling import SamplingParams
-    tok = load_tokenizer()
-    ids = special_ids(tok)
-    sampler = Sampler(restore_model(checkpoint), stop_ids=ids.stop, pad_id=ids.pad,
-                      max_length=gcfg.rollout.cache_length)
-    r = gcfg.rollout
-    limits = Limits(max_turns=r.max_turns, max_tokens=r.max_tokens, max_new_tokens_per_turn=r.max_new_tokens_per_turn,
-                    wall_clock_s=r.wall_clock_s, command_timeout_s=r.command_timeout_s)
-    return ModelPolicy(sampler, tok, limits, SamplingParams(temperature=r.temperature), seed=gcfg.seed)
+    return model_policy(gcfg, model=restore_model(checkpoint), seed=gcfg.seed)
 
 
 def _evaluate(gcfg, checkpoint: str, dirs: list[Path], args) -> dict:
@@ -113,15 +101,7 @@ def main() -> None:
     gcfg = grpo_config.get_config("tiny")
     gcfg.env.tasks, gcfg.env.max_tasks = args.tasks, args.max_tasks
     gcfg.train.steps = args.steps
-    for item in args.set:
-        key, _, value = item.partition("=")
-        *parents, leaf = key.split(".")
-        node = gcfg
-        for name in parents:
-            node = node[name]
-        if leaf not in node:
-            sys.exit(f"--set {item!r}: configs/grpo.py has no field {key!r}")
-        node[leaf] = type(node[leaf])(value) if not isinstance(node[leaf], bool) else value.lower() == "true"
+    apply_sets(gcfg, args.set)
     if not [d for d in glob.glob(args.tasks) if os.path.isdir(d)]:
         sys.exit(f"--tasks={args.tasks!r} matches no directories")
     dirs = [Path(d) for d in sorted(glob.glob(args.eval_tasks or args.tasks)) if os.path.isdir(d)]

@@ -55,7 +55,8 @@ def _dirs(out: Path, split: str) -> list[Path]:
     return sorted(Path(d) for d in glob.glob(str(out / "tasks" / split / "*")) if os.path.isdir(d))
 
 
-def _apply_sets(cfg, items: list[str]) -> None:
+def apply_sets(cfg, items: list[str]) -> None:
+    """--set KEY=VALUE overrides of a configs/grpo.py config (bench/learning_demo.py uses it too)."""
     for item in items:
         key, _, value = item.partition("=")
         *parents, leaf = key.split(".")
@@ -100,7 +101,7 @@ def demo_limits(path: Path) -> dict:
 
 
 # ---- policies and evaluation ------------------------------------------------------------------------------
-def _policy(gcfg, hf_dir: str = "", *, model=None):
+def model_policy(gcfg, hf_dir: str = "", *, model=None, seed: int = 12345):
     """The model (an HF dir, or a restored model) through the bash harness, sampled as GRPO
     samples, under the GRPO rollout limits. The seed is the same for every policy: trial keys
     then depend on (task, sample, attempt) alone (rl/policies.py::trial_key)."""
@@ -117,7 +118,7 @@ def _policy(gcfg, hf_dir: str = "", *, model=None):
     r = gcfg.rollout
     limits = Limits(max_turns=r.max_turns, max_tokens=r.max_tokens, max_new_tokens_per_turn=r.max_new_tokens_per_turn,
                     wall_clock_s=r.wall_clock_s, command_timeout_s=r.command_timeout_s)
-    return ModelPolicy(sampler, tok, limits, SamplingParams(temperature=r.temperature), seed=12345)
+    return ModelPolicy(sampler, tok, limits, SamplingParams(temperature=r.temperature), seed=seed)
 
 
 def evaluate(policy, dirs: list[Path], *, samples: int, jobs: int, protocols: tuple[str, ...]) -> tuple[dict, list]:
@@ -174,11 +175,9 @@ def _hf_from_step(ckpt_dir: Path, step: int, out_dir: Path) -> None:
     from reterm_jax.convert import restore_model
     from reterm_jax.data.tokenizer import TINY_TOKENIZER_DIR
     from reterm_jax.model.hf_io import save_pretrained
-    from reterm_jax.train.run_files import TOKENIZER_FILES
+    from reterm_jax.train.run_files import copy_tokenizer_files
     save_pretrained(restore_model(str(ckpt_dir / str(step)), config_dir=str(ckpt_dir)), str(out_dir))
-    for name in TOKENIZER_FILES:
-        if os.path.exists(os.path.join(TINY_TOKENIZER_DIR, name)):
-            shutil.copyfile(os.path.join(TINY_TOKENIZER_DIR, name), out_dir / name)
+    copy_tokenizer_files(TINY_TOKENIZER_DIR, str(out_dir))
 
 
 def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, state: dict, save) -> Path:
@@ -207,7 +206,7 @@ def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, sta
         fit = dirs["train"][::max(1, len(dirs["train"]) // max(1, len(dirs["val"])))][:len(dirs["val"])]
         val_scores, fit_scores = {}, {}
         for step in cands:
-            policy = _policy(gcfg, model=restore_model(str(ckpt / str(step)), config_dir=str(ckpt)))
+            policy = model_policy(gcfg, model=restore_model(str(ckpt / str(step)), config_dir=str(ckpt)))
             for name, tasks, scores in (("validation", dirs["val"], val_scores), ("train fit", fit, fit_scores)):
                 summary, _ = evaluate(policy, tasks, samples=1, jobs=args.jobs, protocols=(FAULT_RECOVERY,))
                 scores[step] = summary[FAULT_RECOVERY]["score"]
@@ -311,7 +310,7 @@ def main() -> None:
     r = gcfg.rollout
     r.max_turns, r.max_tokens, r.cache_length = limits["max_turns"], limits["max_tokens"], limits["cache_length"]
     gcfg.train.seq_len = limits["grpo_seq_len"]
-    _apply_sets(gcfg, args.set)
+    apply_sets(gcfg, args.set)
     state["config"] = {"grpo": json.loads(gcfg.to_json_best_effort()), "limits": limits, "args": vars(args)}
 
     for name, fn in (("warm_start", lambda: warm_start(out, args, limits, demos, dirs, gcfg, state, save)),
@@ -337,7 +336,7 @@ def main() -> None:
             evals[name], timing[name] = saved["summary"], saved["time"]
             continue
         t0 = time.time()
-        summary, trials = evaluate(_policy(gcfg, str(out / f"{name}_hf")), dirs["heldout"], samples=args.samples,
+        summary, trials = evaluate(model_policy(gcfg, str(out / f"{name}_hf")), dirs["heldout"], samples=args.samples,
                                    jobs=args.jobs, protocols=protocols)
         timing[name] = {**time_split(trials), "wall_s": round(time.time() - t0)}
         evals[name] = summary

@@ -30,6 +30,13 @@ def write_run_files(config, model_config, workdir: str, ckpt_dir: str) -> None:
             json.dump(hf, fh, indent=2)
 
 
+def copy_tokenizer_files(tokenizer_dir: str, hf_dir: str) -> None:
+    """The tokenizer files of `tokenizer_dir` that exist, into `hf_dir` (a self-contained HF dir)."""
+    for name in TOKENIZER_FILES:
+        if os.path.exists(os.path.join(tokenizer_dir, name)):
+            shutil.copyfile(os.path.join(tokenizer_dir, name), os.path.join(hf_dir, name))
+
+
 def export_hf(config, graphdef, params, workdir: str, tokenizer_dir: str) -> str:
     """<workdir>/hf: the trained params as HF safetensors (vision/MTP tensors and config copied from
     `model.hf_path` when set; otherwise the tokenizer files are copied in, so the dir is
@@ -37,8 +44,6 @@ def export_hf(config, graphdef, params, workdir: str, tokenizer_dir: str) -> str
     hf_dir = os.path.join(workdir, "hf")
     save_pretrained(nnx.merge(graphdef, params), hf_dir, source=config.model.hf_path or None)
     if not config.model.hf_path and jax.process_index() == 0:
-        for name in TOKENIZER_FILES:
-            if os.path.exists(os.path.join(tokenizer_dir, name)):
-                shutil.copyfile(os.path.join(tokenizer_dir, name), os.path.join(hf_dir, name))
+        copy_tokenizer_files(tokenizer_dir, hf_dir)
     logging.info("exported HF checkpoint to %s", hf_dir)
     return hf_dir
