@@ -34,7 +34,8 @@ def test_equals_whole_buffer_attention(b, t, nq, nkv, length, index, block):
     kv_seg = jnp.asarray(kv_seg)
     slots = index + jnp.arange(t)
     ref = grouped_attention(q, k, v, segment_mask(q_seg, slots, kv_seg), 0.3)
-    out = jax.jit(lambda *a: cache_attention(*a, 0.3, block=block))(q, k, v, q_seg, slots, kv_seg, index + t)
+    row_slots = jnp.broadcast_to(slots, (b, t))
+    out = jax.jit(lambda *a: cache_attention(*a, 0.3, block=block))(q, k, v, q_seg, row_slots, kv_seg, index + t)
     np.testing.assert_allclose(np.asarray(out), np.asarray(ref), atol=1e-5, rtol=1e-5)
 
 
@@ -48,6 +49,27 @@ def test_unwritten_slots_are_never_read():
     k[:, 16:], v[:, 16:] = np.nan, np.nan    # blocks of 16: only block 0 holds written slots
     kv_seg = np.zeros((b, length), np.int32)
     kv_seg[:, :index + t] = 1
-    out = cache_attention(q, jnp.asarray(k), jnp.asarray(v), jnp.ones((b, t), jnp.int32), index + jnp.arange(t),
+    out = cache_attention(q, jnp.asarray(k), jnp.asarray(v), jnp.ones((b, t), jnp.int32), index + jnp.arange(t)[None],
                           jnp.asarray(kv_seg), index + t, 0.3, block=16)
     assert np.all(np.isfinite(np.asarray(out)))
+
+
+def test_rows_at_their_own_slots():
+    """Per-row write positions: each row's queries sit at its own slots; each row equals the
+    reference computed for that row alone, and `filled` is the longest row's."""
+    b, t, nq, nkv, length, block = 3, 2, 4, 2, 48, 16
+    index = np.array([30, 4, 17])
+    rng = np.random.default_rng(7)
+    q = jnp.asarray(rng.normal(size=(b, t, nq, 8)), jnp.float32)
+    k = jnp.asarray(rng.normal(size=(b, length, nkv, 8)), jnp.float32)
+    v = jnp.asarray(rng.normal(size=(b, length, nkv, 8)), jnp.float32)
+    kv_seg = np.zeros((b, length), np.int32)
+    for r, i in enumerate(index):
+        kv_seg[r, :i + t] = 1
+    q_seg = jnp.ones((b, t), jnp.int32)
+    slots = jnp.asarray(index[:, None] + np.arange(t))
+    out = cache_attention(q, k, v, q_seg, slots, jnp.asarray(kv_seg), int(index.max()) + t, 0.3, block=block)
+    for r, i in enumerate(index):
+        mask = segment_mask(q_seg[r:r + 1], i + jnp.arange(t), jnp.asarray(kv_seg[r:r + 1]))
+        ref = grouped_attention(q[r:r + 1], k[r:r + 1], v[r:r + 1], mask, 0.3)
+        np.testing.assert_allclose(np.asarray(out[r:r + 1]), np.asarray(ref), atol=1e-5, rtol=1e-5)

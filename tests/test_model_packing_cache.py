@@ -119,7 +119,7 @@ def test_prefill_then_decode_equals_full_forward(model):
     full, real = _full(model)
     pieces, cache = _run_in_pieces(model, [0, 10, *range(11, TOTAL + 1)])
     np.testing.assert_allclose(pieces[real], full[real], rtol=0, atol=1e-4)
-    assert int(cache.index) == TOTAL
+    np.testing.assert_array_equal(np.asarray(cache.index), [TOTAL, TOTAL])  # row 0's left pads occupy slots
     np.testing.assert_array_equal(np.asarray(cache.next_position), [TOTAL - PADS, TOTAL])
 
 
@@ -155,9 +155,28 @@ def test_ragged_continuation_right_padded(model):
     np.testing.assert_allclose(logits[0, :4], full[0, 10:14], rtol=0, atol=1e-4)
     np.testing.assert_allclose(logits[1], full[1, 10:16], rtol=0, atol=1e-4)
     np.testing.assert_array_equal(np.asarray(cache.next_position), [pos[0, 13] + 1, pos[1, 15] + 1])
-    # Next: row 0 feeds token 14, row 1 feeds token 16; both must match the full forward.
+    # Per-row write positions: row 0 advanced by its 4 tokens only; its 2 pad slots are free again.
+    np.testing.assert_array_equal(np.asarray(cache.index), [14, 16])
+    # Next: row 0 feeds token 14 (into slot 14), row 1 token 16; both must match the full forward.
     nxt = np.stack([ids[0, 14:15], ids[1, 16:17]])
     logits, _ = cached(model, i32(nxt), i32(np.stack([pos[0, 14:15], pos[1, 16:17]])),
                        i32(np.ones((2, 1))), cache)
     np.testing.assert_allclose(np.asarray(logits)[0, 0], full[0, 14], rtol=0, atol=1e-4)
     np.testing.assert_allclose(np.asarray(logits)[1, 0], full[1, 16], rtol=0, atol=1e-4)
+
+
+def test_pad_slots_past_the_buffer_are_dropped_not_clamped(model):
+    """A right-padded call whose pad slots run past max_length: the real tokens land in their own
+    slots and the pads are dropped. (A clamped write would shift the whole call back over
+    written slots.)"""
+    ids, seg, pos = _batch()
+    full, _ = _full(model)
+    cache = init_cache(model.config, 2, 14)
+    _, cache = cached(model, i32(ids[:, :10]), i32(pos[:, :10]), i32(seg[:, :10]), cache)
+    # Both rows continue by 4 real tokens in a 6-wide call: slots 14 and 15 do not exist.
+    c_ids, c_seg, c_pos = ids[:, 10:16].copy(), seg[:, 10:16].copy(), pos[:, 10:16].copy()
+    c_ids[:, 4:], c_seg[:, 4:], c_pos[:, 4:] = 0, 0, 0
+    logits, cache = cached(model, i32(c_ids), i32(c_pos), i32(c_seg), cache)
+    np.testing.assert_allclose(np.asarray(logits)[:, :4], full[:, 10:14], rtol=0, atol=1e-4)
+    np.testing.assert_array_equal(np.asarray(cache.index), [14, 14])
+    np.testing.assert_array_equal(np.asarray(cache.segment_ids), seg[:, :14])

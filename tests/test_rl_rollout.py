@@ -210,3 +210,30 @@ def test_a_dead_sandbox_is_a_masked_sample_and_the_batch_goes_on(tmp_path, tok, 
     dead = trajs[1]
     assert dead.end_reason == harness.SANDBOX_ERROR and "died" in dead.error
     assert dead.reward is None and len(dead.turns) == 1  # not verified: the trainer masks it
+
+
+def test_each_row_has_its_own_cache_room(tmp_path, tok, sampler, model):
+    """Per-row cache positions: a sibling's long turn costs a row no cache slots. Row 1 writes one
+    long answer; row 0 runs its four short turns in a cache too small for both in lockstep, and
+    ends as cache_full (masked, not penalised) only when its own row fills."""
+    long_turn = "Thinking. " * 15 + "\n</think>\n\nThe task is complete.<|im_end|>"
+    scripts = [SCRIPTS[0], [long_turn]]
+    envs = [LocalShell(tmp_path / "a"), LocalShell(tmp_path / "b")]
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+    run = lambda s: run_episodes(s, tok, envs, [initial_messages("Create out.txt.")] * 2, task_ids=["t"] * 2,
+                                 limits=Limits.tiny(max_new_tokens_per_turn=200),
+                                 script=lambda r, traj: scripts[r][len(traj.turns)])
+    roomy = run(sampler)
+    assert [t.end_reason for t in roomy] == [harness.COMPLETED] * 2
+    need0, need1 = len(roomy[0].tokens), len(roomy[1].tokens)
+    # Row 1 fits alone; in lockstep row 0 would also have spent row 1's long turn (> 4 slots) as pads.
+    assert need1 < need0 - 4 and need1 - roomy[1].prompt_len > 4
+    small = tiny_sampler(tok, max_length=need0 - 4, model=model)
+    trajs = run(small)
+    assert trajs[1].end_reason == harness.COMPLETED and trajs[1].tokens == roomy[1].tokens
+    assert trajs[0].end_reason == harness.CACHE_FULL and len(trajs[0].turns) == 4  # its own last turn hit the end
+    assert trajs[0].tokens == roomy[0].tokens[:len(trajs[0].tokens)]
+    from reterm_jax.rl.recovery import RecoveryConfig
+    from reterm_jax.rl.stream import TRUNCATED
+    assert harness.CACHE_FULL in RecoveryConfig().mask_end_reasons and harness.CACHE_FULL not in TRUNCATED

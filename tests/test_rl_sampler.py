@@ -64,6 +64,8 @@ def test_greedy_equals_full_forward_argmax_over_two_turns(sampler, full_forward)
     for r in range(3):
         expected = PROMPTS[r] + gen.tokens[r] + (extra[r] or []) + gen2.tokens[r]
         assert contexts[r].tolist() == expected
+    # Per-row write positions: each row's written slots are exactly its context (no lockstep pads).
+    np.testing.assert_array_equal(state.index, [len(c) for c in contexts])
     for r, logits in enumerate(full_forward([c.tolist() for c in contexts])):
         ctx = contexts[r]
         start1 = len(PROMPTS[r])
@@ -129,14 +131,25 @@ def test_forced_tokens_go_through_the_same_path(sampler, full_forward):
         np.testing.assert_allclose(gen.logprobs[r], np.asarray(ref), atol=1e-4)
 
 
-def test_cache_capacity_is_enforced(model):
-    sampler = make_sampler(model, max_length=40)
-    state = sampler.extend(sampler.init(1), [list(range(2, 37))])  # 35 tokens: bucket 48 > 40, so exact width
-    assert state.index == 35
-    state, gen = sampler.generate(state, jax.random.key(0), SamplingParams(1.0), 32)
-    assert len(gen.tokens[0]) == 5 and state.index == 40  # capped by the free slots
-    with pytest.raises(ValueError, match="do not fit"):
-        sampler.extend(state, [[5]])
+def test_cache_capacity_is_per_row(model, full_forward):
+    """Each row's room is its own: a long row fills its cache (cache_full) while a short row in
+    the same batch keeps decoding to its own limit, and a piece that does not fit is refused."""
+    sampler = make_sampler(model, max_length=40, stop=())
+    # 35 and 3 tokens: the call is 48 wide (bucket), its pad slots past 40 are dropped
+    state = sampler.extend(sampler.init(2), [list(range(2, 37)), [5, 6, 7]])
+    assert state.index.tolist() == [35, 3]
+    state, gen = sampler.generate(state, jax.random.key(0), SamplingParams(0.0), 32, row_limits=[32, 20])
+    assert [len(t) for t in gen.tokens] == [5, 20]  # row 0 capped by its free slots, row 1 by its limit
+    assert gen.cache_full == [True, False] and gen.stopped == [False, False]
+    assert state.index.tolist() == [40, 23]
+    contexts = sampler.contexts(state)
+    for r, logits in enumerate(full_forward([c.tolist() for c in contexts])):
+        start = len(contexts[r]) - len(gen.tokens[r])
+        np.testing.assert_array_equal(logits[start - 1:-1].argmax(-1), gen.tokens[r])
+    with pytest.raises(ValueError, match="row 0's cache"):
+        sampler.extend(state, [[5], None])
+    state = sampler.extend(state, [None, list(range(2, 19))])  # row 1 still has 17 slots
+    assert state.index.tolist() == [40, 40]
 
 
 def test_bucket_length_bounds_padding():

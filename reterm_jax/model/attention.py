@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from reterm_jax.model.cache import AttentionCache
+from reterm_jax.model.cache import AttentionCache, write_slots
 from reterm_jax.model.config import Qwen3_5Config
 from reterm_jax.model.norms import RMSNorm, stat_dtype
 from reterm_jax.model.params import dense
@@ -69,8 +69,8 @@ def cache_attention(q, keys, values, q_segments, q_slots, kv_segments, filled, s
     """Attention of this call's queries over the filled part of a cache buffer.
 
     q [B,T,Nq,D]; keys/values [B,L,Nkv,D] (the whole buffer, this call's K/V written);
-    q_segments [B,T]; q_slots [T] (absolute slot of each query); kv_segments [B,L]; filled: int32
-    scalar, slots written so far (index + T). The same mask as `segment_mask` + `grouped_attention`,
+    q_segments [B,T]; q_slots [B,T] (absolute slot of each query in its row); kv_segments [B,L];
+    filled: int32 scalar, the most slots any row has written (max over rows of index + T). The same mask as `segment_mask` + `grouped_attention`,
     computed as an online softmax over key blocks of `block` slots, visiting only the
     ceil(filled / block) blocks that hold written slots: time and memory follow the filled prefix,
     not the buffer length L (a `lax.fori_loop` with a traced trip count; inference only, it has
@@ -90,7 +90,7 @@ def cache_attention(q, keys, values, q_segments, q_slots, kv_segments, filled, s
         seg = jax.lax.dynamic_slice_in_dim(kv_segments, start, block, axis=1)
         slots = start + jnp.arange(block)
         visible = ((slots >= i * block)[None, None, :]  # ... and masks the slots the previous block had
-                   & (slots[None, :] <= q_slots[:, None])[None]
+                   & (slots[None, None, :] <= q_slots[:, :, None])
                    & (q_segments[:, :, None] == seg[:, None, :]) & (seg != 0)[:, None, :])[:, None, None]
         scores = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=f) * scale
         scores = jnp.where(visible, scores, -jnp.inf)
@@ -105,7 +105,7 @@ def cache_attention(q, keys, values, q_segments, q_slots, kv_segments, filled, s
 
     stats = (b, nkv, nq // nkv, t)
     init = (jnp.full(stats, -jnp.inf, f), jnp.zeros(stats, f), jnp.zeros((*stats, d), f))
-    n_blocks = (jnp.asarray(filled, jnp.int32) + block - 1) // block
+    n_blocks = (jnp.minimum(jnp.asarray(filled, jnp.int32), length) + block - 1) // block
     _, l, acc = jax.lax.fori_loop(0, n_blocks, body, init)
     out = jnp.where(l[..., None] > 0, acc / jnp.where(l > 0, l, 1.0)[..., None], 0.0)
     return jnp.moveaxis(out, 3, 1).reshape(b, t, nq, d).astype(q.dtype)
@@ -155,8 +155,8 @@ class GatedAttention(nnx.Module):
     def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, segment_ids: jax.Array, *,
                  cache: AttentionCache | None = None, index: jax.Array | None = None,
                  kv_segments: jax.Array | None = None):
-        """x [B,T,H]. Without cache: attends within x. With cache: writes K/V at slots
-        [index, index+T) and attends over the buffer's written slots (`cache_attention`), whose
+        """x [B,T,H]. Without cache: attends within x. With cache: writes row b's K/V at slots
+        [index[b], index[b]+T) (model/cache.py write_slots) and attends over the buffer's written slots (`cache_attention`), whose
         slot segments (already including this call's tokens) are `kv_segments` [B, L].
         Returns (out, new cache)."""
         b, t, _ = x.shape
@@ -171,11 +171,11 @@ class GatedAttention(nnx.Module):
         if cache is None:
             out = self_attention(q, k, v, segment_ids, d ** -0.5, self.attention_impl)
         else:
-            start = (0, index, 0, 0)
-            keys = jax.lax.dynamic_update_slice(cache.keys, k.astype(cache.keys.dtype), start)
-            values = jax.lax.dynamic_update_slice(cache.values, v.astype(cache.values.dtype), start)
+            keys = write_slots(cache.keys, k, index)
+            values = write_slots(cache.values, v, index)
             cache = AttentionCache(keys=keys, values=values)
-            out = cache_attention(q, keys, values, segment_ids, index + jnp.arange(t), kv_segments, index + t,
+            q_slots = index[:, None] + jnp.arange(t)
+            out = cache_attention(q, keys, values, segment_ids, q_slots, kv_segments, jnp.max(index) + t,
                                   d ** -0.5)
 
         out = out.reshape(b, t, self.num_heads * d) * jax.nn.sigmoid(gate)

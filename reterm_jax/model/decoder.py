@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from flax import nnx, struct
 
 from reterm_jax.model.attention import GatedAttention
-from reterm_jax.model.cache import Cache
+from reterm_jax.model.cache import Cache, write_slots
 from reterm_jax.model.config import LINEAR_ATTENTION, Qwen3_5Config
 from reterm_jax.model.deltanet import GatedDeltaNet, segment_starts
 from reterm_jax.model.mlp import MLP
@@ -35,7 +35,7 @@ class LayerInputs:
     sin: jax.Array
     segment_ids: jax.Array               # [B, T]
     reset: jax.Array                     # [B, T] DeltaNet segment starts
-    index: jax.Array | None = None       # cache write slot
+    index: jax.Array | None = None       # [B] each row's cache write slot
     kv_segments: jax.Array | None = None  # [B, L] cache slot segments incl. this call
 
 
@@ -131,7 +131,7 @@ class TextModel(nnx.Module):
         inputs = LayerInputs(cos=cos, sin=sin, segment_ids=segment_ids,
                              reset=segment_starts(segment_ids, last_segment))
         if cache is not None:
-            kv_segments = jax.lax.dynamic_update_slice(cache.segment_ids, segment_ids, (0, cache.index))
+            kv_segments = write_slots(cache.segment_ids, segment_ids, cache.index)
             inputs = inputs.replace(index=cache.index, kv_segments=kv_segments)
 
         h = constrain_rows(self.embed_tokens(input_ids))
@@ -156,14 +156,15 @@ class TextModel(nnx.Module):
 
 
 def _advance(cache: Cache, layers: tuple, kv_segments, segment_ids, positions) -> Cache:
-    """Bookkeeping after writing T slots: per row, the last real token's segment and position."""
+    """Bookkeeping after writing T slots: per row, the write index moves past the row's last real
+    token of the call (pad slots after it stay free), and that token's segment and position."""
     t = segment_ids.shape[1]
     real = segment_ids != 0
     last = jnp.max(jnp.where(real, jnp.arange(t), -1), axis=1)
     has_real = last >= 0
     pick = lambda x: jnp.take_along_axis(x, jnp.maximum(last, 0)[:, None], axis=1)[:, 0]
     return Cache(
-        layers=layers, index=cache.index + t, segment_ids=kv_segments,
+        layers=layers, index=jnp.minimum(cache.index + last + 1, cache.max_length), segment_ids=kv_segments,
         last_segment=jnp.where(has_real, pick(segment_ids), cache.last_segment),
         next_position=jnp.where(has_real, pick(positions) + 1, cache.next_position),
     )

@@ -46,13 +46,15 @@ CALL_FORMAT = bash_call_xml("YOUR COMMAND")
 # Why an episode ended.
 COMPLETED = "completed"            # the agent replied without a tool call
 MAX_TURNS = "max_turns"
-TOKEN_BUDGET = "token_budget"      # the context reached the task budget (or the cache is full)
+TOKEN_BUDGET = "token_budget"      # the context reached the task's token budget
+CACHE_FULL = "cache_full"          # the sampler's cache row filled first: the engine's limit, masked, not penalised
 TURN_TOO_LONG = "turn_token_limit"  # one turn reached max_new_tokens without ending
 END_OF_TEXT = "end_of_text"        # the model emitted <|endoftext|> instead of ending its turn
 WALL_CLOCK = "wall_clock"
 SANDBOX_ERROR = "sandbox_error"    # the environment failed (not the command): a masked sample
 DISK_LIMIT = "disk_limit"          # the agent's commands outgrew the task's storage_mb: reward 0, not masked
-END_REASONS = (COMPLETED, MAX_TURNS, TOKEN_BUDGET, TURN_TOO_LONG, END_OF_TEXT, WALL_CLOCK, SANDBOX_ERROR, DISK_LIMIT)
+END_REASONS = (COMPLETED, MAX_TURNS, TOKEN_BUDGET, CACHE_FULL, TURN_TOO_LONG, END_OF_TEXT, WALL_CLOCK, SANDBOX_ERROR,
+               DISK_LIMIT)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -49,8 +49,9 @@ class RecoveryConfig:
     min_failures: int = 1                    # collect fresh attempts while the bank holds fewer entries
     explore: float = 0.0                     # probability of a collection round before a group anyway
     collect_batch: int = 2                   # fresh attempts per collection round (one task each)
-    # Members ending like this are masked out of the group (besides a verifier error / no reward).
-    mask_end_reasons: tuple[str, ...] = (harness.SANDBOX_ERROR, harness.WALL_CLOCK)
+    # Members ending like this are masked out of the group (besides a verifier error / no reward):
+    # the environment, the clock or the sampler's cache ended them, not the agent.
+    mask_end_reasons: tuple[str, ...] = (harness.SANDBOX_ERROR, harness.WALL_CLOCK, harness.CACHE_FULL)
     seed: int = 0
     failures_from: str = "policy"            # one of SEEDS: see the module docstring
     retire_after: int = 0                    # > 0: retire an entry after this many all-pass groups in a row

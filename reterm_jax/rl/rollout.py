@@ -13,8 +13,9 @@ lockstep, one turn at a time:
   3. all observations are appended in ONE right-padded multi-token continuation (`extend`); a row
      without an observation (ended) gets pad slots only.
 No row ever waits with a half-fed observation while others generate, and the cache holds, per
-row, exactly the prompt + sampled turns + observation pieces, in order. Pad slots cost cache
-length (the shared write index), not correctness.
+row, exactly the prompt + sampled turns + observation pieces, in order. Each row writes at its
+own cache position, so a sibling's long turn or observation costs the others compute, never
+cache room; a row whose own cache fills ends as `cache_full` (masked in GRPO, not penalised).
 
 Token-in/token-out invariant, asserted at the start of every turn and at the end: the tokens in
 the row's cache slots (read back from the sampler) equal the trajectory's record, and the
@@ -200,8 +201,10 @@ def run_episodes(sampler: Sampler, tokenizer, envs: Sequence, messages: Sequence
     else:
         prompts = [_tokenize(tokenizer, harness.prompt_text(t.messages)) for t in trajs]
     for r, p in enumerate(prompts):
-        if len(p) >= min(limits.max_tokens, sampler.max_length):
+        if len(p) >= limits.max_tokens:
             end(r, harness.TOKEN_BUDGET)
+        elif len(p) >= sampler.max_length:
+            end(r, harness.CACHE_FULL)
     fed = [p if running[r] else None for r, p in enumerate(prompts)]
     for r, p in enumerate(fed):
         if p is not None:
@@ -218,8 +221,10 @@ def run_episodes(sampler: Sampler, tokenizer, envs: Sequence, messages: Sequence
                 end(r, harness.MAX_TURNS)
             elif time.monotonic() - started > limits.wall_clock_s:
                 end(r, harness.WALL_CLOCK)
-            elif len(trajs[r].tokens) >= limits.max_tokens or sampler.remaining(state) < 1:
+            elif len(trajs[r].tokens) >= limits.max_tokens:
                 end(r, harness.TOKEN_BUDGET)
+            elif sampler.remaining(state)[r] < 1:
+                end(r, harness.CACHE_FULL)
         if not running.any():
             break
         seen = sampler.contexts(state)
@@ -244,8 +249,8 @@ def run_episodes(sampler: Sampler, tokenizer, envs: Sequence, messages: Sequence
             parsed = _record_turn(traj, tokenizer, toks, gen.logprobs[r], gen.stopped[r], gen_s, turn_index)
             previous[r] = list(traj.tokens)
             if not gen.stopped[r]:
-                out_of_budget = len(toks) >= budget[r] or sampler.remaining(state) < 1
-                end(r, harness.TOKEN_BUDGET if out_of_budget else harness.TURN_TOO_LONG)
+                end(r, harness.TOKEN_BUDGET if len(toks) >= budget[r] else
+                    harness.CACHE_FULL if gen.cache_full[r] else harness.TURN_TOO_LONG)
             elif toks[-1] == stop_pad:
                 end(r, harness.END_OF_TEXT)
             elif parsed.completed:
@@ -271,8 +276,11 @@ def run_episodes(sampler: Sampler, tokenizer, envs: Sequence, messages: Sequence
                 end(r, harness.SANDBOX_ERROR)
                 continue
             piece = _tokenize(tokenizer, harness.observation_text(turn.observations))
-            if len(traj.tokens) + len(piece) >= limits.max_tokens or len(piece) > sampler.remaining(state):
+            if len(traj.tokens) + len(piece) >= limits.max_tokens:
                 end(r, harness.TOKEN_BUDGET)
+                continue
+            if len(piece) > sampler.remaining(state)[r]:
+                end(r, harness.CACHE_FULL)
                 continue
             turn.observation = traj.add_context(piece)
             pieces[r] = piece

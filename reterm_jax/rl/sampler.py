@@ -7,13 +7,15 @@
     state = sampler.extend(state, observations)          # multi-token continuation, rows may skip
     sampler.contexts(state)                              # per row: every token the cache has seen
 
-How rows of a batch share one cache: the cache has one write index for the batch, so every
-call writes the same number of slots for every row. A row with fewer tokens than the call's
-width is padded with segment id 0, which the model treats as transparent (attention masks
-the slot; DeltaNet neither writes nor decays state there, and its conv window carries over
-calls). Continuations are RIGHT-padded (real tokens first): the DeltaNet conv is only exact
-when a row's pads come after its real tokens inside one call. During decoding a row that has
-stopped (or is not active) feeds a pad slot per step while the others go on.
+How rows of a batch share one cache: each row has its own write position (model/cache.py).
+A call is as wide as its longest piece; a shorter piece is RIGHT-padded with segment id 0,
+and its row advances only by its own tokens, so the pad slots stay free for the row's next
+call: rows never pad in lockstep, and each row's room is its own (`remaining(state)[r]`). Pad
+slots are transparent to the model (attention masks them; DeltaNet neither writes nor decays
+state there, and its conv window carries over calls); the DeltaNet conv is only exact when a
+row's pads come after its real tokens inside one call. During decoding a row that has stopped
+(or is not active) feeds a pad per step, which costs it no slot, while the others go on. A
+row whose cache fills before its limit ends with `Generation.cache_full[r]`.
 
 Every sampled token, the stop token included, is fed back into the cache before the loop
 ends, so the next continuation (a tool observation) follows it directly: the history is never
@@ -51,7 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx, struct
 
-from reterm_jax.model.cache import Cache, cache_axes, init_cache
+from reterm_jax.model.cache import Cache, cache_axes, init_cache, write_slots
 from reterm_jax.parallel.rules import logical_to_sharding
 from reterm_jax.rl.sampling import SamplingParams, sampling_logprobs
 
@@ -65,8 +67,9 @@ class SamplerState:
     last_logits: jax.Array  # fp32 [B, V]: logits that predict each row's next token
 
     @property
-    def index(self) -> int:
-        return int(self.cache.index)
+    def index(self) -> np.ndarray:
+        """int [B]: slots each row has written."""
+        return np.asarray(self.cache.index)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +78,8 @@ class Generation:
     tokens: list[list[int]]
     logprobs: list[list[float]]
     stopped: list[bool]      # ended on a stop token (False: hit its length limit or did not run)
-    steps: int               # decode steps the loop ran (cache slots used)
+    steps: int               # decode steps the loop ran (the longest row's tokens)
+    cache_full: list[bool]   # ran out of cache slots before its stop token and before its limit
 
 
 def _is_axes(x) -> bool:
@@ -188,8 +192,8 @@ class Sampler:
             self._inits[batch_size] = jax.jit(partial(self._fresh, batch_size), out_shardings=shardings)
         return self._inits[batch_size]()
 
-    def remaining(self, state: SamplerState) -> int:
-        """Cache slots still free (shared by all rows)."""
+    def remaining(self, state: SamplerState) -> np.ndarray:
+        """int [B]: cache slots still free in each row."""
         return self.max_length - state.index
 
     def extend(self, state: SamplerState, pieces: Sequence[Sequence[int] | None]) -> SamplerState:
@@ -201,7 +205,11 @@ class Sampler:
         longest = max((len(p) for p in pieces if p), default=0)
         if longest == 0:
             return state
-        if self.share_prefills and state.index == 0:  # fresh: every row's cache is the same (empty)
+        room = self.remaining(state)
+        for r, p in enumerate(pieces):
+            if p and len(p) > room[r]:
+                raise self._no_room(state, r, len(p))
+        if self.share_prefills and not state.index.any():  # fresh: every row's cache is the same (empty)
             distinct = list(dict.fromkeys(tuple(p) if p else () for p in pieces))
             if len(distinct) < batch:
                 rows = [distinct.index(tuple(p) if p else ()) for p in pieces]
@@ -212,22 +220,16 @@ class Sampler:
         if 0 < chunk < longest:
             # Each row's tokens stay contiguous: a row shorter than a chunk is padded after its
             # last real token and gets only pad slots in the later chunks (transparent, module doc).
-            if longest > self.remaining(state):
-                raise self._no_room(state, longest)
             for start in range(0, longest - chunk, chunk):
                 state = self._extend_call(state, [p[start:start + chunk] if p else None for p in pieces], chunk)
             start = (longest - 1) // chunk * chunk
             pieces = [p[start:] if p and len(p) > start else None for p in pieces]
             longest = longest - start
-        width = bucket_length(longest, self.min_bucket)
-        if width > self.remaining(state):
-            width = longest  # no room to pad up to the bucket; compile this exact width once
-        if width > self.remaining(state):
-            raise self._no_room(state, longest)
-        return self._extend_call(state, pieces, width)
+        # Pad slots past the buffer's end are dropped (model/cache.py), so the bucket may overhang it.
+        return self._extend_call(state, pieces, bucket_length(longest, self.min_bucket))
 
-    def _no_room(self, state: SamplerState, tokens: int) -> ValueError:
-        return ValueError(f"extend: {tokens} tokens do not fit in the cache ({self.remaining(state)} "
+    def _no_room(self, state: SamplerState, row: int, tokens: int) -> ValueError:
+        return ValueError(f"extend: {tokens} tokens do not fit in row {row}'s cache ({self.remaining(state)[row]} "
                           f"of {self.max_length} slots free); raise max_length")
 
     def _extend_call(self, state: SamplerState, pieces, width: int) -> SamplerState:
@@ -248,22 +250,26 @@ class Sampler:
         """Decode up to `max_new_tokens` per row until a stop token. active[r] False: row r feeds
         pads only. row_limits[r]: a smaller per-row cap. forced[r]: teacher-force these tokens
         for row r instead of sampling (its log-probs are still the sampler's); the row stops
-        after them or at a stop token among them."""
+        after them or at a stop token among them. Each row also stops when its own cache is full
+        (`Generation.cache_full`)."""
         batch = state.tokens.shape[0]
-        args = self._generate_args(batch, max_new_tokens, active, row_limits, forced)
-        steps_allowed = min(max_new_tokens, self.remaining(state))
+        room = self.remaining(state)
+        args = self._generate_args(batch, max_new_tokens, active, row_limits, forced, room=room)
         with self._traced():
             state, out, logp, length, stopped, steps = self._generate(
-                self.params, state, key, *args, jnp.asarray(steps_allowed, jnp.int32), params=params,
+                self.params, state, key, *args, jnp.asarray(max_new_tokens, jnp.int32), params=params,
                 width=max_new_tokens)
         out, logp, length, stopped = (np.asarray(x) for x in (out, logp, length, stopped))
+        wanted = np.asarray(self._generate_args(batch, max_new_tokens, active, row_limits, forced)[1])
         return state, Generation(
             tokens=[out[r, :length[r]].tolist() for r in range(batch)],
             logprobs=[logp[r, :length[r]].tolist() for r in range(batch)],
-            stopped=[bool(s) for s in stopped], steps=int(steps))
+            stopped=[bool(s) for s in stopped], steps=int(steps),
+            cache_full=[bool(not stopped[r] and length[r] >= room[r] and room[r] < wanted[r]) for r in range(batch)])
 
-    def _generate_args(self, batch: int, max_new_tokens: int, active, row_limits, forced):
-        """(active, limits, forced ids, has_forced) as device arrays for `_generate`."""
+    def _generate_args(self, batch: int, max_new_tokens: int, active, row_limits, forced, room=None):
+        """(active, limits, forced ids, has_forced) as device arrays for `_generate`; room[r] (free
+        cache slots) caps row r's limit."""
         active = np.ones(batch, bool) if active is None else np.asarray(active, bool)
         limits = np.full(batch, max_new_tokens, np.int32)
         if row_limits is not None:
@@ -277,6 +283,8 @@ class Sampler:
                 forced_ids[r, :len(f)] = f
                 has_forced[r] = True
                 limits[r] = min(limits[r], len(f))
+        if room is not None:
+            limits = np.minimum(limits, np.asarray(room, np.int32))
         return tuple(jnp.asarray(x) for x in (active, limits, forced_ids, has_forced))
 
     def lower_generate(self, state: SamplerState, params: SamplingParams, max_new_tokens: int):
@@ -302,10 +310,11 @@ class Sampler:
 
 
 def _take_rows(constrain, state: SamplerState, rows: jax.Array) -> SamplerState:
-    """The state whose row r is row rows[r] of `state` (cache, tokens, logits; the write index is shared)."""
+    """The state whose row r is row rows[r] of `state` (cache, write positions, tokens, logits)."""
     take = lambda x: jnp.take(x, rows, axis=0)
     cache = state.cache
-    cache = cache.replace(layers=jax.tree.map(take, cache.layers), segment_ids=take(cache.segment_ids),
+    cache = cache.replace(layers=jax.tree.map(take, cache.layers), index=take(cache.index),
+                          segment_ids=take(cache.segment_ids),
                           last_segment=take(cache.last_segment), next_position=take(cache.next_position))
     return constrain(SamplerState(cache=cache, tokens=take(state.tokens), last_logits=take(state.last_logits)))
 
@@ -328,7 +337,7 @@ def _extend(graphdef, constrain, params, state: SamplerState, ids, seg) -> Sampl
     width = ids.shape[1]
     positions = cache.next_position[:, None] + jnp.cumsum(seg != 0, axis=1) - 1
     positions = jnp.where(seg != 0, positions, 0)
-    tokens = jax.lax.dynamic_update_slice(state.tokens, ids, (0, cache.index))
+    tokens = write_slots(state.tokens, ids, cache.index)
     model, hidden, cache = _forward(graphdef, params, ids, positions, seg, cache)
     # Only each row's last real token needs logits (the full [B, T, V] is large at 248K vocab).
     last = jnp.max(jnp.where(seg != 0, jnp.arange(width), -1), axis=1)
@@ -364,7 +373,7 @@ def _generate(graphdef, stop_ids, pad_id, constrain, params_tree, state: Sampler
         # Feed the token (stop tokens too) so the cache ends exactly after the sampled text.
         seg = jnp.where(running, ROW_SEGMENT, 0)[:, None].astype(jnp.int32)
         pos = jnp.where(running, st.cache.next_position, 0)[:, None]
-        tokens = jax.lax.dynamic_update_slice(st.tokens, tok[:, None], (0, st.cache.index))
+        tokens = write_slots(st.tokens, tok[:, None], st.cache.index)
         model, hidden, cache = _forward(graphdef, params_tree, tok[:, None], pos, seg, st.cache)
         logits = model.logits(hidden)[:, 0]
         st = constrain(SamplerState(cache=cache, tokens=tokens,
