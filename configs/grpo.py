@@ -65,13 +65,17 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c.rollout.max_new_tokens_per_turn = 256
     c.rollout.wall_clock_s = 300.0
     c.rollout.command_timeout_s = 30.0
-    c.rollout.cache_length = 3584   # sampler cache slots per row (rows share one write index, so
-    #                                 lockstep padding needs some room above max_tokens)
+    c.rollout.cache_length = 3584   # sampler cache slots per row (each row writes at its own index; a
+    #                                 row that fills ends as cache_full, masked: keep it >= max_tokens)
     c.rollout.collect_batch = 2     # fresh attempts per bank-filling round
     c.rollout.explore = 0.0         # probability of a bank-filling round before a group anyway
     c.rollout.workers = 1           # background rollout threads (0: sample inline, in the train loop)
     c.rollout.param_dtype = ""      # the samplers' weights: "" = the trainer's params as they are (fp32),
     #                                 "bfloat16": a bf16 copy per policy version (half the bytes per decode step)
+    c.rollout.engine = "lockstep"   # how a group's G attempts share the sampler: "lockstep" (a turn at a time,
+    #                                 rows wait for the slowest tool call) or "continuous" (slots: a row waiting
+    #                                 on its sandbox pauses while the others decode; rl/continuous.py)
+    c.rollout.decode_burst = 32     # continuous: decode steps per sampler call between looks at the sandboxes
 
     c.bank = ml_collections.ConfigDict()
     c.bank.max_entries = 64         # failure states kept (oldest pruned first)

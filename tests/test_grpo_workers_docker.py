@@ -43,17 +43,18 @@ def bank(tmp_path, docker_client):
     b.destroy()  # images included
 
 
-def make_producer(bank, task, sampler, tok, script):
+def make_producer(bank, task, sampler, tok, script, engine="lockstep"):
     cfg = RecoveryConfig(group_size=2, limits=Limits.tiny(max_new_tokens_per_turn=160, max_tokens=2048),
-                         min_failures=1, collect_batch=1)
+                         min_failures=1, collect_batch=1, engine=engine, decode_burst=16)
     return RecoveryProducer(bank, [task], sampler, tok, cfg, script=script,
                             collect_script=lambda r, t: FAILED[len(t.turns)])
 
 
-def test_recovery_groups_from_a_bank_filled_by_a_failing_policy(bank, task_path, sampler, tok):
+@pytest.mark.parametrize("engine", ["lockstep", "continuous"])
+def test_recovery_groups_from_a_bank_filled_by_a_failing_policy(bank, task_path, sampler, tok, engine):
     task = load_task(task_path("make_greeting"))
     producer = make_producer(bank, task, sampler, tok,
-                             script=lambda r, t: (FIX if r == 0 else GIVE_UP)[len(t.turns)])
+                             script=lambda r, t: (FIX if r == 0 else GIVE_UP)[len(t.turns)], engine=engine)
     group = producer.produce(3, None, jax.random.key(0))
     # the collection round banked the scripted failure, stamped with the policy version
     assert len(bank) == 1 and producer.stats.failures_added == 1 and producer.stats.fresh_resolved == 0
@@ -135,3 +136,5 @@ def test_seeding_from_fault_commands_banks_the_scripted_failure_once(bank, task_
     assert group.resolved == [True, False]  # the scripted fix resolves, giving up does not
     with pytest.raises(ValueError, match="failures_from"):
         RecoveryConfig(failures_from="bogus")
+    with pytest.raises(ValueError, match="engine='slots'"):
+        RecoveryConfig(engine="slots")

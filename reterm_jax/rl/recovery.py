@@ -28,7 +28,7 @@ from reterm_jax.data.tokenizer import special_ids
 from reterm_jax.rl import harness
 from reterm_jax.rl.groups import Group
 from reterm_jax.rl.harness import Limits, initial_messages
-from reterm_jax.rl.rollout import _thread_map, _tokenize, run_episodes
+from reterm_jax.rl.rollout import ENGINES, _thread_map, _tokenize, run_episodes
 from reterm_jax.rl.sampler import Sampler
 from reterm_jax.rl.sampling import SamplingParams
 from reterm_jax.rl.trajectory import Trajectory
@@ -57,10 +57,14 @@ class RecoveryConfig:
     retire_after: int = 0                    # > 0: retire an entry after this many all-pass groups in a row
     max_version_lag: int = 0                 # > 0 (failures_from="policy"): retire entries collected more than
     #                                          this many policy versions ago; fresh failures refill the bank
+    engine: str = "lockstep"                 # rollout.ENGINES: how the attempts of a group share the sampler
+    decode_burst: int = 32                   # continuous engine: decode steps per sampler call
 
     def __post_init__(self):
         if self.failures_from not in SEEDS:
             raise ValueError(f"failures_from={self.failures_from!r}: use one of {SEEDS}")
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine={self.engine!r}: use one of {ENGINES}")
 
 
 @dataclasses.dataclass
@@ -151,6 +155,14 @@ class RecoveryProducer:
             self._by_dir[key] = load_task(key)
         return self._by_dir[key]
 
+    def _run(self, sampler, tokenizer, envs, messages, **kw):
+        """The configured rollout engine over these envs (one sampler row or slot each)."""
+        if self.cfg.engine == "continuous":
+            from reterm_jax.rl.continuous import run_continuous
+            return run_continuous(sampler, tokenizer, envs, messages, slots=len(envs), burst=self.cfg.decode_burst,
+                                  **kw)
+        return run_episodes(sampler, tokenizer, envs, messages, **kw)
+
     def _limits(self, tasks) -> Limits:
         return dataclasses.replace(self.cfg.limits, wall_clock_s=min(self.cfg.limits.wall_clock_s,
                                                                       *(t.agent_timeout_s for t in tasks)))
@@ -187,7 +199,7 @@ class RecoveryProducer:
         try:
             if not pairs:
                 return 0
-            trajs = run_episodes(sampler, self.tokenizer, sandboxes, [initial_messages(t.instruction) for t in tasks],
+            trajs = self._run(sampler, self.tokenizer, sandboxes, [initial_messages(t.instruction) for t in tasks],
                                  task_ids=[t.name for t in tasks], limits=self._limits(tasks), params=self.cfg.sampling,
                                  key=key, script=self.collect_script, pool=self.pool)
             self.stats.fresh_attempts += len(trajs)
@@ -312,7 +324,7 @@ class RecoveryProducer:
         self.current_sandboxes = sandboxes
         try:
             messages = initial_messages(task.instruction, history=list(entry.messages))
-            trajs = run_episodes(sampler, self.tokenizer, sandboxes, [messages] * g, task_ids=[task.name] * g,
+            trajs = self._run(sampler, self.tokenizer, sandboxes, [messages] * g, task_ids=[task.name] * g,
                                  limits=self._limits([task]), params=self.cfg.sampling, key=run_key,
                                  script=self.script, pool=self.pool, prompt_tokens=[prompt] * g,
                                  verify_fn=lambda sb: self.verify_fn(sb, task))

@@ -41,6 +41,9 @@ from reterm_jax.rl.sampler import Sampler
 from reterm_jax.rl.sampling import SamplingParams
 from reterm_jax.rl.trajectory import Trajectory, Turn
 
+# Rollout engines (rollout.engine): this module's lockstep run_episodes, or rl/continuous.py's slots.
+ENGINES = ("lockstep", "continuous")
+
 # A scripted policy (tests, oracle baselines): given the row and its trajectory so far, the
 # assistant text that follows the generation prompt, ending with "<|im_end|>". Its tokens are
 # teacher-forced through the same decode path as sampled ones.
@@ -130,6 +133,52 @@ def _add_tool_messages(traj: Trajectory, turn: Turn) -> None:
         if not call["error"]:
             message["tool_call_id"] = next(call_ids)
         traj.messages.append(message)
+
+
+def turn_end_reason(parsed: ParsedTurn, tokens: list[int], stopped: bool, budget: int, cache_full: bool,
+                    end_of_text: int) -> str | None:
+    """Why the episode ends after this sampled turn, or None when its tool calls run next."""
+    if not stopped:
+        return (harness.TOKEN_BUDGET if len(tokens) >= budget else
+                harness.CACHE_FULL if cache_full else harness.TURN_TOO_LONG)
+    if tokens[-1] == end_of_text:
+        return harness.END_OF_TEXT
+    if parsed.completed:
+        return harness.COMPLETED
+    return None
+
+
+def observe(traj: Trajectory, outcome, tokenizer, limits: Limits, room: int) -> tuple[str | None, list[int] | None]:
+    """Record a turn's tool results (a pool Outcome) and tokenise the observation to append.
+    Returns (end reason, None) when the episode ends here, else (None, the observation's tokens),
+    already added to the trajectory's context and messages."""
+    turn = traj.turns[-1]
+    results = outcome.value if outcome.ok else [{"error": outcome.error}]
+    failure = _record_results(turn, results)
+    if failure and any(x.get("disk_limit") for x in results):
+        traj.error = failure  # the agent's doing: scored 0, not masked
+        return harness.DISK_LIMIT, None
+    if failure:
+        traj.error = f"sandbox failed during the episode: {failure}"
+        return harness.SANDBOX_ERROR, None
+    piece = _tokenize(tokenizer, harness.observation_text(turn.observations))
+    if len(traj.tokens) + len(piece) >= limits.max_tokens:
+        return harness.TOKEN_BUDGET, None
+    if len(piece) > room:
+        return harness.CACHE_FULL, None
+    turn.observation = traj.add_context(piece)
+    _add_tool_messages(traj, turn)
+    return None, piece
+
+
+def apply_verification(traj: Trajectory, outcome) -> None:
+    """Copy a verify_fn Outcome into the trajectory (an exception in the verifier: infrastructure)."""
+    if outcome.ok:
+        traj.reward, traj.resolved = outcome.value.reward, outcome.value.resolved
+        traj.verify_error = outcome.value.error
+        traj.verify_infra = bool(getattr(outcome.value, "infrastructure", False))
+    else:
+        traj.reward, traj.verify_error, traj.verify_infra = 0.0, outcome.error, True
 
 
 def _thread_map(fn, items) -> list:
@@ -248,13 +297,9 @@ def run_episodes(sampler: Sampler, tokenizer, envs: Sequence, messages: Sequence
             traj, toks = trajs[r], gen.tokens[r]
             parsed = _record_turn(traj, tokenizer, toks, gen.logprobs[r], gen.stopped[r], gen_s, turn_index)
             previous[r] = list(traj.tokens)
-            if not gen.stopped[r]:
-                end(r, harness.TOKEN_BUDGET if len(toks) >= budget[r] else
-                    harness.CACHE_FULL if gen.cache_full[r] else harness.TURN_TOO_LONG)
-            elif toks[-1] == stop_pad:
-                end(r, harness.END_OF_TEXT)
-            elif parsed.completed:
-                end(r, harness.COMPLETED)
+            reason = turn_end_reason(parsed, toks, gen.stopped[r], budget[r], gen.cache_full[r], stop_pad)
+            if reason is not None:
+                end(r, reason)
             else:
                 to_run[int(r)] = parsed
 
@@ -263,28 +308,11 @@ def run_episodes(sampler: Sampler, tokenizer, envs: Sequence, messages: Sequence
         outcomes = pmap(lambda r: _run_calls(envs[r], to_run[r], limits.command_timeout_s), rows)
         timing.sandbox_s += time.monotonic() - t0
         pieces: list[list[int] | None] = [None] * batch
+        room = sampler.remaining(state)
         for r, outcome in zip(rows, outcomes):
-            traj, turn = trajs[r], trajs[r].turns[-1]
-            results = outcome.value if outcome.ok else [{"error": outcome.error}]
-            failure = _record_results(turn, results)
-            if failure and any(x.get("disk_limit") for x in results):
-                traj.error = failure  # the agent's doing: scored 0 below, not masked
-                end(r, harness.DISK_LIMIT)
-                continue
-            if failure:
-                traj.error = f"sandbox failed during the episode: {failure}"
-                end(r, harness.SANDBOX_ERROR)
-                continue
-            piece = _tokenize(tokenizer, harness.observation_text(turn.observations))
-            if len(traj.tokens) + len(piece) >= limits.max_tokens:
-                end(r, harness.TOKEN_BUDGET)
-                continue
-            if len(piece) > sampler.remaining(state)[r]:
-                end(r, harness.CACHE_FULL)
-                continue
-            turn.observation = traj.add_context(piece)
-            pieces[r] = piece
-            _add_tool_messages(traj, turn)
+            reason, pieces[r] = observe(trajs[r], outcome, tokenizer, limits, room[r])
+            if reason is not None:
+                end(r, reason)
         t0 = time.monotonic()
         state = sampler.extend(state, pieces)
         timing.observe_s += time.monotonic() - t0
@@ -302,12 +330,7 @@ def run_episodes(sampler: Sampler, tokenizer, envs: Sequence, messages: Sequence
         verified = pmap(verify_fn, [envs[r] for r in rows])
         timing.verify_s += time.monotonic() - t0
         for traj, outcome in zip([trajs[r] for r in rows], verified):
-            if outcome.ok:
-                traj.reward, traj.resolved = outcome.value.reward, outcome.value.resolved
-                traj.verify_error = outcome.value.error
-                traj.verify_infra = bool(getattr(outcome.value, "infrastructure", False))
-            else:
-                traj.reward, traj.verify_error, traj.verify_infra = 0.0, outcome.error, True
+            apply_verification(traj, outcome)
     shared = timing.as_dict()
     for traj in trajs:
         traj.wall_s = time.monotonic() - started

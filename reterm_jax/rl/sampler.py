@@ -166,6 +166,7 @@ class Sampler:
         constrain = partial(_constrain, mesh, rules)
         self._inits: dict[int, object] = {}
         self._take_rows = jax.jit(partial(_take_rows, constrain))
+        self._put_rows = jax.jit(partial(_put_rows, constrain), donate_argnums=(0,) if donate else ())
         self._extend = jax.jit(partial(_extend, self.graphdef, constrain), donate_argnums=donated)
         self._generate = jax.jit(partial(_generate, self.graphdef, self.stop_ids, self.pad_id, constrain),
                                  static_argnames=("params", "width"), donate_argnums=donated)
@@ -191,6 +192,15 @@ class Sampler:
             shardings = state_shardings(jax.eval_shape(partial(self._fresh, batch_size)), self.mesh, self.rules)
             self._inits[batch_size] = jax.jit(partial(self._fresh, batch_size), out_shardings=shardings)
         return self._inits[batch_size]()
+
+    def put_rows(self, state: SamplerState, rows: Sequence[int], source: SamplerState) -> SamplerState:
+        """`state` with row rows[i] replaced by row i of `source` (whole rows: cache layers, write
+        position, tokens, logits), e.g. a slot of a continuous batch taking an episode prefilled
+        in a small state of its own. Same max_length; one compiled shape per source batch."""
+        if len(rows) != source.tokens.shape[0]:
+            raise ValueError(f"put_rows: {len(rows)} rows for a source of {source.tokens.shape[0]}")
+        with self._traced():
+            return self._put_rows(state, jnp.asarray(rows, jnp.int32), source)
 
     def remaining(self, state: SamplerState) -> np.ndarray:
         """int [B]: cache slots still free in each row."""
@@ -317,6 +327,11 @@ def _take_rows(constrain, state: SamplerState, rows: jax.Array) -> SamplerState:
                           segment_ids=take(cache.segment_ids),
                           last_segment=take(cache.last_segment), next_position=take(cache.next_position))
     return constrain(SamplerState(cache=cache, tokens=take(state.tokens), last_logits=take(state.last_logits)))
+
+
+def _put_rows(constrain, state: SamplerState, rows: jax.Array, source: SamplerState) -> SamplerState:
+    """`state` with rows[i] := row i of `source`, every leaf with a batch axis (the whole state)."""
+    return constrain(jax.tree.map(lambda x, y: x.at[rows].set(y.astype(x.dtype)), state, source))
 
 
 def _constrain(mesh, rules, state: SamplerState) -> SamplerState:

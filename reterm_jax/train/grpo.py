@@ -38,6 +38,7 @@ from reterm_jax.data.tokenizer import resolve_tokenizer
 from reterm_jax.parallel.mesh import make_mesh
 from reterm_jax.rl.harness import Limits
 from reterm_jax.rl.policy_store import PolicyStore, device_copy
+from reterm_jax.rl.rollout import ENGINES
 from reterm_jax.rl.sampler import Sampler
 from reterm_jax.rl.sampling import SamplingParams
 from reterm_jax.rl.stream import GroupStream, StreamConfig
@@ -90,6 +91,10 @@ def check_config(config, n_data_parallel: int | None = None) -> None:
         check_sampling(r.temperature, r.top_k, r.top_p)
     except ValueError as e:
         raise UserError(str(e)) from None
+    if r.get("engine", "lockstep") not in ENGINES:
+        raise UserError(f"--config.rollout.engine={r.engine!r}: use one of {', '.join(ENGINES)}")
+    if r.get("decode_burst", 32) < 1:
+        raise UserError(f"--config.rollout.decode_burst={r.decode_burst}: must be >= 1")
     if r.get("param_dtype", "") not in ("", "float32", "bfloat16", "float16"):
         raise UserError(f"--config.rollout.param_dtype={r.param_dtype!r}: use '' (the trainer's params), "
                         "'bfloat16' or 'float32'")
@@ -326,7 +331,8 @@ def make_producers(config, workdir, sampler, tokenizer, n: int):
                              collect_batch=r.collect_batch, seed=rollout_seed(config.seed, 0) + i,
                              failures_from=config.bank.failures_from,
                              retire_after=int(config.bank.get("retire_after", 0)),
-                             max_version_lag=int(config.bank.get("max_version_lag", 0)))
+                             max_version_lag=int(config.bank.get("max_version_lag", 0)),
+                             engine=r.get("engine", "lockstep"), decode_burst=int(r.get("decode_burst", 32)))
         j = (first + i) % len(tasks)
         producers.append(RecoveryProducer(bank, tasks[j:] + tasks[:j], sampler, tokenizer, cfg))
     if config.bank.failures_from == "fault_commands":
