@@ -83,10 +83,13 @@ def test_scripted_episodes_equal_lockstep(tmp_path, tok, sampler, slots, burst):
     assert 0 < timing["decode_tokens"] <= timing["row_steps"]
 
 
-def test_greedy_episodes_equal_lockstep(tmp_path, tok, sampler):
+@pytest.mark.parametrize("params", [SamplingParams(0.0), SamplingParams(1.0)], ids=["greedy", "sampled"])
+def test_model_episodes_equal_lockstep(tmp_path, tok, sampler, params):
+    """Per-row randomness: episode e's i-th token draws from fold_in(fold_in(key, e), i) in both
+    engines, whatever slot or batch it runs in."""
     n = 3
     kw = dict(task_ids=["t"] * n, limits=Limits.tiny(max_new_tokens_per_turn=40, max_turns=3),
-              params=SamplingParams(0.0))
+              params=params, key=jax.random.key(5))
     msgs = [initial_messages(f"Task {e}.") for e in range(n)]
     lock = run_episodes(sampler, tok, _envs(tmp_path, n, "l"), msgs, **kw)
     cont = run_continuous(sampler, tok, _envs(tmp_path, n, "c"), msgs, slots=2, burst=16, **kw)

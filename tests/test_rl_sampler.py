@@ -212,3 +212,19 @@ def test_a_shared_prefill_is_computed_once_and_branches_like_separate_prefills(m
     assert tokens_a == tokens_b
     np.testing.assert_allclose(np.concatenate(logp_a), np.concatenate(logp_b), atol=1e-5)
     assert len({tuple(t) for t in (tokens_a[0], tokens_a[2], tokens_a[3])}) > 1  # the branches sample apart
+
+
+def test_a_rows_samples_depend_on_its_key_and_count_only(sampler):
+    """Row keys: the same row key and offset give the same tokens alone or in a batch, at any
+    position in it, and continuing with offsets equals one longer call."""
+    keys = jax.random.split(jax.random.key(11), 3)
+    params = SamplingParams(1.0)
+    _, batch = sampler.generate(sampler.extend(sampler.init(3), PROMPTS), keys, params, 12)
+    _, alone = sampler.generate(sampler.extend(sampler.init(1), [PROMPTS[2]]), keys[2:], params, 12)
+    assert alone.tokens[0] == batch.tokens[2]
+    flipped = [PROMPTS[2], PROMPTS[0]]
+    _, other = sampler.generate(sampler.extend(sampler.init(2), flipped), jnp.stack([keys[2], keys[0]]), params, 12)
+    assert other.tokens == [batch.tokens[2], batch.tokens[0]]
+    state, first = sampler.generate(sampler.extend(sampler.init(1), [PROMPTS[0]]), keys[:1], params, 5)
+    _, rest = sampler.generate(state, keys[:1], params, 7, offsets=[5])
+    assert first.tokens[0] + rest.tokens[0] == batch.tokens[0]

@@ -20,8 +20,9 @@ put into the free rows (`Sampler.put_rows`). More episodes than slots is the nor
 
 Each episode is what the lockstep engine would make of it: the same prompt, turn limits, end
 reasons, token-in/token-out record and prefix invariant (checked at every turn start), the same
-verification. Scripted and greedy episodes are identical token for token (tested); sampled ones
-draw other (equally distributed) tokens, because the decode key advances per burst, not per turn.
+verification. Sampling is per row (`Sampler.generate`): episode e's i-th token draws from
+fold_in(fold_in(key, e), i) in both engines, so sampled, greedy and scripted episodes are the
+same token for token as lockstep's (tested; up to fp32 rounding of batches of other shapes).
 One engine call uses one parameter version (the sampler's), so every attempt is sampled by one
 policy version.
 
@@ -46,7 +47,7 @@ from reterm_jax.rl import harness
 from reterm_jax.rl.harness import Limits
 from reterm_jax.rl.rollout import (BatchTiming, Script, _record_turn, _run_calls, _tokenize, apply_verification,
                                    check_prefix, observe, turn_end_reason)
-from reterm_jax.rl.sampler import Sampler
+from reterm_jax.rl.sampler import Sampler, row_keys
 from reterm_jax.rl.sampling import SamplingParams
 from reterm_jax.rl.trajectory import Trajectory
 
@@ -124,7 +125,7 @@ def run_continuous(sampler: Sampler, tokenizer, envs: Sequence, messages: Sequen
     episode_started = [started] * n                  # the wall clock runs per episode, from its prefill
     previous: list[list[int] | None] = [None] * n
     state = sampler.init(slots)
-    bursts = 0
+    episode_keys = row_keys(key, n)  # episode e samples like lockstep's row e: fold_in(key, e)
 
     def finish(e: int, reason: str) -> None:
         traj = trajs[e]
@@ -219,17 +220,18 @@ def run_continuous(sampler: Sampler, tokenizer, envs: Sequence, messages: Sequen
             start_turns(ready)
 
     def decode_burst() -> None:
-        nonlocal state, bursts
+        nonlocal state
         decoding = sorted(turns)
         active = np.zeros(slots, bool)
         active[decoding] = True
         row_limits = [turns[s].limit - len(turns[s].tokens) if s in turns else 0 for s in range(slots)]
         forced = [turns[s].forced[len(turns[s].tokens):][:burst] if s in turns and turns[s].forced is not None
                   else None for s in range(slots)]
+        slot_keys = episode_keys[np.asarray([0 if e is None else e for e in episode])]
+        offsets = [trajs[e].num_sampled + len(turns[s].tokens) if s in turns else 0 for s, e in enumerate(episode)]
         t0 = time.monotonic()
-        state, gen = sampler.generate(state, jax.random.fold_in(key, bursts), params, burst, active=active,
-                                      row_limits=row_limits, forced=forced if script is not None else None)
-        bursts += 1
+        state, gen = sampler.generate(state, slot_keys, params, burst, active=active, row_limits=row_limits,
+                                      forced=forced if script is not None else None, offsets=offsets)
         timing.decode_s += time.monotonic() - t0
         timing.decode_tokens += sum(len(t) for t in gen.tokens)
         timing.row_steps += gen.steps * slots

@@ -284,9 +284,10 @@ def run_episodes(sampler: Sampler, tokenizer, envs: Sequence, messages: Sequence
         if script is not None:
             forced = [_tokenize(tokenizer, script(r, trajs[r])) if running[r] else None for r in range(batch)]
         t0 = time.monotonic()
-        state, gen = sampler.generate(state, jax.random.fold_in(key, turn_index), params,
-                                      limits.max_new_tokens_per_turn, active=running, row_limits=budget,
-                                      forced=forced)
+        # Row r samples its i-th token from fold_in(fold_in(key, r), i): the episode's tokens
+        # depend on its key and its own history only (the continuous engine samples the same).
+        state, gen = sampler.generate(state, key, params, limits.max_new_tokens_per_turn, active=running,
+                                      row_limits=budget, forced=forced, offsets=[t.num_sampled for t in trajs])
         gen_s = time.monotonic() - t0
         timing.decode_s += gen_s
         timing.decode_tokens += sum(len(t) for t in gen.tokens)

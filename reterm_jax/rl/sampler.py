@@ -256,18 +256,28 @@ class Sampler:
 
     def generate(self, state: SamplerState, key: jax.Array, params: SamplingParams, max_new_tokens: int,
                  *, active: Sequence[bool] | None = None, row_limits: Sequence[int] | None = None,
-                 forced: Sequence[Sequence[int] | None] | None = None) -> tuple[SamplerState, Generation]:
+                 forced: Sequence[Sequence[int] | None] | None = None,
+                 offsets: Sequence[int] | None = None) -> tuple[SamplerState, Generation]:
         """Decode up to `max_new_tokens` per row until a stop token. active[r] False: row r feeds
         pads only. row_limits[r]: a smaller per-row cap. forced[r]: teacher-force these tokens
         for row r instead of sampling (its log-probs are still the sampler's); the row stops
         after them or at a stop token among them. Each row also stops when its own cache is full
-        (`Generation.cache_full`)."""
+        (`Generation.cache_full`).
+
+        Randomness is per row: `key` is one key (row r then uses fold_in(key, r)) or one key per
+        row ([B] typed keys, e.g. one per episode), and the i-th token this call samples for row
+        r draws from fold_in(row key, offsets[r] + i) (offsets default 0). A row's tokens thus
+        depend only on its key, its token count and its logits, never on its batch, its slot or
+        when the other rows stop: rollout engines that schedule rows differently sample the same
+        episodes."""
         batch = state.tokens.shape[0]
         room = self.remaining(state)
         args = self._generate_args(batch, max_new_tokens, active, row_limits, forced, room=room)
+        keys = row_keys(key, batch)
+        start = jnp.asarray(np.zeros(batch, np.int32) if offsets is None else np.asarray(offsets, np.int32))
         with self._traced():
             state, out, logp, length, stopped, steps = self._generate(
-                self.params, state, key, *args, jnp.asarray(max_new_tokens, jnp.int32), params=params,
+                self.params, state, keys, start, *args, jnp.asarray(max_new_tokens, jnp.int32), params=params,
                 width=max_new_tokens)
         out, logp, length, stopped = (np.asarray(x) for x in (out, logp, length, stopped))
         wanted = np.asarray(self._generate_args(batch, max_new_tokens, active, row_limits, forced)[1])
@@ -301,9 +311,11 @@ class Sampler:
         """`generate`'s jitted loop lowered for `state` (concrete, or jax.ShapeDtypeStruct leaves
         with shardings, e.g. for AOT memory analysis on fake devices): `.compile()` it to read
         its memory_analysis() or its HLO's collectives."""
-        args = self._generate_args(state.tokens.shape[0], max_new_tokens, None, None, None)
+        batch = state.tokens.shape[0]
+        args = self._generate_args(batch, max_new_tokens, None, None, None)
         with self._traced():
-            return self._generate.lower(self.params, state, jax.random.key(0), *args,
+            return self._generate.lower(self.params, state, row_keys(jax.random.key(0), batch),
+                                        jnp.zeros((batch,), jnp.int32), *args,
                                         jnp.asarray(max_new_tokens, jnp.int32), params=params, width=max_new_tokens)
 
     def lower_extend(self, state: SamplerState, width: int):
@@ -362,8 +374,19 @@ def _extend(graphdef, constrain, params, state: SamplerState, ids, seg) -> Sampl
     return constrain(SamplerState(cache=cache, tokens=tokens, last_logits=last_logits))
 
 
-def _generate(graphdef, stop_ids, pad_id, constrain, params_tree, state: SamplerState, key, active, limits, forced,
-              has_forced, steps_allowed, *, params: SamplingParams, width: int):
+def row_keys(key: jax.Array, batch: int) -> jax.Array:
+    """[B] typed keys: one key -> fold_in(key, r) per row; B keys (an array or a list) as given."""
+    if isinstance(key, (list, tuple)):
+        key = jnp.stack(list(key))
+    if key.ndim == 0:
+        return jax.vmap(lambda r: jax.random.fold_in(key, r))(jnp.arange(batch))
+    if key.shape != (batch,):
+        raise ValueError(f"generate: {key.shape[0]} row keys for a batch of {batch}")
+    return key
+
+
+def _generate(graphdef, stop_ids, pad_id, constrain, params_tree, state: SamplerState, keys, start, active, limits,
+              forced, has_forced, steps_allowed, *, params: SamplingParams, width: int):
     batch = active.shape[0]
     stop = jnp.asarray(stop_ids, jnp.int32)
 
@@ -372,11 +395,13 @@ def _generate(graphdef, stop_ids, pad_id, constrain, params_tree, state: Sampler
         return (step < steps_allowed) & ~jnp.all(done)
 
     def body(carry):
-        step, st, key, out, out_logp, length, stopped, done = carry
-        key, sub = jax.random.split(key)
+        step, st, out, out_logp, length, stopped, done = carry
         logp_all = sampling_logprobs(st.last_logits, params)
-        drawn = (jnp.argmax(logp_all, axis=-1) if params.greedy
-                 else jax.random.categorical(sub, logp_all, axis=-1)).astype(jnp.int32)
+        if params.greedy:
+            drawn = jnp.argmax(logp_all, axis=-1).astype(jnp.int32)
+        else:  # row r's i-th token of the call: fold_in(its key, start[r] + i)
+            subs = jax.vmap(jax.random.fold_in)(keys, start + length)
+            drawn = jax.vmap(lambda k, lp: jax.random.categorical(k, lp))(subs, logp_all).astype(jnp.int32)
         tok = jnp.where(has_forced, forced[:, jnp.minimum(step, width - 1)], drawn)
         lp = jnp.take_along_axis(logp_all, tok[:, None], axis=-1)[:, 0]
         running = ~done
@@ -394,10 +419,10 @@ def _generate(graphdef, stop_ids, pad_id, constrain, params_tree, state: Sampler
         st = constrain(SamplerState(cache=cache, tokens=tokens,
                                     last_logits=jnp.where(running[:, None], logits, st.last_logits)))
         done = done | hit_stop | (length >= limits)
-        return step + 1, st, key, out, out_logp, length, stopped | hit_stop, done
+        return step + 1, st, out, out_logp, length, stopped | hit_stop, done
 
-    init = (jnp.zeros((), jnp.int32), constrain(state), key, jnp.full((batch, width), pad_id, jnp.int32),
+    init = (jnp.zeros((), jnp.int32), constrain(state), jnp.full((batch, width), pad_id, jnp.int32),
             jnp.zeros((batch, width), jnp.float32), jnp.zeros((batch,), jnp.int32),
             jnp.zeros((batch,), bool), ~active | (limits <= 0))
-    step, state, _, out, out_logp, length, stopped, _ = jax.lax.while_loop(cond, body, init)
+    step, state, out, out_logp, length, stopped, _ = jax.lax.while_loop(cond, body, init)
     return state, out, out_logp, length, stopped, step
