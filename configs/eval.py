@@ -23,6 +23,8 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c.seed = 0
     c.policy = "oracle"             # model | oracle | fault_then_oracle
     c.jobs = 2                      # trials running at once (each holds one sandbox, plus a verifier clone)
+    c.slots = 0                     # policy=model: sampler rows the concurrent attempts share (continuous
+    #                                 batching, rl/continuous.py; e.g. = jobs); 0: one attempt decodes at a time
     c.sandbox = ml_collections.ConfigDict(dict(runtime="runc"))  # runc | runsc (gVisor; docs/sandbox.md)
 
     c.protocol = ml_collections.ConfigDict()

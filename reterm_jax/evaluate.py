@@ -77,7 +77,7 @@ def build_model_policy(config):
     ids = special_ids(tok)
     sampler = Sampler(model, stop_ids=ids.stop, pad_id=ids.pad, max_length=m.max_length)
     return ModelPolicy(sampler, tok, Limits(**config.limits.to_dict()), SamplingParams(**config.sampling.to_dict()),
-                       seed=config.seed)
+                       seed=config.seed, slots=int(config.get("slots", 0)))
 
 
 def make_policy(config):
@@ -110,6 +110,8 @@ def check_config(config) -> None:
                         ("limits.max_new_tokens_per_turn", config.limits.max_new_tokens_per_turn)):
         if value < 1:
             raise UserError(f"--config.{name}={value}: must be >= 1")
+    if config.get("slots", 0) < 0:
+        raise UserError(f"--config.slots={config.slots}: must be >= 0 (0: one attempt at a time)")
     for name, value in (("limits.wall_clock_s", config.limits.wall_clock_s),
                         ("limits.command_timeout_s", config.limits.command_timeout_s)):
         if value <= 0:
@@ -181,7 +183,10 @@ def main(argv):
     use_config_runtime(config)
     policy = make_policy(config)
     logging.info("policy %s on %d task dirs, protocols %s", config.policy, len(dirs), config.protocol.names)
-    trials = evaluate(config, dirs, policy)
+    try:
+        trials = evaluate(config, dirs, policy)
+    finally:
+        getattr(policy, "close", lambda: None)()
     k = config.protocol.k
     results = {"policy": config.policy, "tasks_dir": os.path.abspath(_TASKS.value), "k": k,
                "n_samples": config.protocol.n_samples, "config": config.to_dict(),

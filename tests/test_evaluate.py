@@ -204,6 +204,39 @@ def test_model_recovery_attempts_continue_the_exact_tokens(docker_client):
     assert second.context[:len(prompt)] == prompt and len(second.context) > len(prompt)
 
 
+def test_model_policy_on_shared_slots_samples_the_same_attempts(docker_client):
+    """slots=2 (concurrent attempts decode together on one SlotEngine) gives the same attempts as
+    slots=0 (one at a time, lockstep): the per-trial key decides the tokens, not the schedule."""
+    import sys as _sys
+    from concurrent.futures import ThreadPoolExecutor
+    _sys.path.insert(0, str(REPO / "configs"))
+    import eval as eval_config
+
+    from reterm_jax.evaluate import build_model_policy
+    c = eval_config.get_config("tiny")
+    c.policy = "model"
+    c.limits.max_turns, c.limits.max_new_tokens_per_turn, c.limits.max_tokens = 2, 24, 3800
+    c.model.max_length = 4096
+    task = load_task(TASKS / "daily-report-append")
+    contexts = {}
+    for slots in (0, 2):
+        c.slots = slots
+        policy = build_model_policy(c)
+
+        def attempt(sample):
+            sb = DockerSandbox.from_task(task)
+            try:
+                return policy(task, sb, [], 0, sample=sample).context
+            finally:
+                sb.close()
+        try:
+            with ThreadPoolExecutor(2) as ex:
+                contexts[slots] = list(ex.map(attempt, [0, 1]))
+        finally:
+            policy.close()
+    assert contexts[0] == contexts[2] and contexts[0][0] != contexts[0][1]
+
+
 def test_compare_pairs_two_runs_over_their_common_tasks():
     this = {"recovery@2": {"score": 0.5, "per_task": {"a": 1.0, "b": 0.0, "c": 0.5}},
             "pass@1": {"score": 0.0, "per_task": {"a": 0.0}}}

@@ -3,6 +3,8 @@ for each other.
 
     trajs = run_continuous(sampler, tokenizer, envs, messages, task_ids=..., limits=Limits.tiny(),
                            slots=4, burst=32, pool=pool, verify_fn=verify)
+    engine = SlotEngine(sampler, tokenizer, slots=4, params=SamplingParams(1.0))   # a service:
+    traj = engine.submit(env, messages, task_id="t", limits=..., key=k).result()   # from any thread
 
 `rollout.run_episodes` (lockstep) advances its rows a turn at a time: every row waits for the
 batch's longest turn, then for the slowest tool call, then for every verification. Here each of
@@ -19,21 +21,23 @@ own (a repeated prompt, e.g. a GRPO group's G attempts, is computed once: `share
 put into the free rows (`Sampler.put_rows`). More episodes than slots is the normal case.
 
 Each episode is what the lockstep engine would make of it: the same prompt, turn limits, end
-reasons, token-in/token-out record and prefix invariant (checked at every turn start), the same
-verification. Sampling is per row (`Sampler.generate`): episode e's i-th token draws from
-fold_in(fold_in(key, e), i) in both engines, so sampled, greedy and scripted episodes are the
-same token for token as lockstep's (tested; up to fp32 rounding of batches of other shapes).
-One engine call uses one parameter version (the sampler's), so every attempt is sampled by one
-policy version.
+reasons, token-in/token-out record and prefix invariant (checked at every turn start and at the
+end), the same verification. Sampling is per row (`Sampler.generate`): an episode with key k
+draws its i-th token from fold_in(k, i), and `run_continuous` gives episode e the key lockstep
+gives row e, fold_in(key, e); so sampled, greedy and scripted episodes are the same token for
+token as lockstep's (tested; up to fp32 rounding of batches of other shapes). The sampler's
+parameters are read at every burst: publish a new version (`Sampler.update_params`) only
+between engine calls, so that every attempt is sampled by one policy version.
 
 `BatchTiming` reports where the wall time went: prefill, decode, observation extends, the time
-no slot could decode because all waited on sandboxes (`sandbox_s`), and the wait for the last
-verifications (`verify_s`); slot occupancy is sampled tokens / (decode steps x slots).
+no slot could decode because all waited on sandboxes (`sandbox_s`) or verifications
+(`verify_s`); slot occupancy is sampled tokens / (decode steps x slots).
 """
 from __future__ import annotations
 
 import collections
 import dataclasses
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -45,7 +49,7 @@ import numpy as np
 from reterm_jax.data.tokenizer import special_ids
 from reterm_jax.rl import harness
 from reterm_jax.rl.harness import Limits
-from reterm_jax.rl.rollout import (BatchTiming, Script, _record_turn, _run_calls, _tokenize, apply_verification,
+from reterm_jax.rl.rollout import (BatchTiming, _record_turn, _run_calls, _tokenize, apply_verification,
                                    check_prefix, observe, turn_end_reason)
 from reterm_jax.rl.sampler import Sampler, row_keys
 from reterm_jax.rl.sampling import SamplingParams
@@ -55,8 +59,24 @@ DECODE_BURST = 32  # decode steps per sampler call: how often tool results and f
 
 
 @dataclasses.dataclass
+class _Episode:
+    env: object
+    traj: Trajectory
+    prompt: list[int]
+    limits: Limits
+    key: jax.Array
+    script: Callable[[Trajectory], str] | None
+    verify_fn: Callable | None
+    future: Future
+    turns: int = 0
+    previous: list[int] | None = None
+    started: float = 0.0
+    verifying: Future | None = None
+
+
+@dataclasses.dataclass
 class _Turn:
-    """The turn an episode is decoding (it may span several bursts)."""
+    """The turn a slot is decoding (it may span several bursts)."""
     limit: int                     # tokens this turn may sample: min(per-turn cap, the episode's budget)
     budget: int                    # the episode's token budget when the turn began
     forced: list[int] | None       # a scripted turn's tokens
@@ -91,183 +111,281 @@ class _Submitter:
             self.executor.shutdown(wait=True)
 
 
-def run_continuous(sampler: Sampler, tokenizer, envs: Sequence, messages: Sequence[list[dict]], *,
-                   task_ids: Sequence[str], limits: Limits, slots: int, burst: int = DECODE_BURST,
-                   params: SamplingParams = SamplingParams(), key: jax.Array | None = None,
-                   script: Script | None = None, pool=None, verify_fn: Callable | None = None,
-                   prompt_tokens: Sequence[Sequence[int]] | None = None) -> list[Trajectory]:
-    """Run len(envs) episodes on `slots` sampler rows (arguments as `rollout.run_episodes`;
-    script(e, traj) gets the episode's index). Returns the trajectories in the episodes' order."""
-    n = len(envs)
-    if not len(messages) == len(task_ids) == n:
-        raise ValueError(f"{n} envs, {len(messages)} message lists, {len(task_ids)} task ids")
-    if prompt_tokens is not None and len(prompt_tokens) != n:
-        raise ValueError(f"{n} envs but {len(prompt_tokens)} prompt token lists")
-    if slots < 1 or burst < 1:
-        raise ValueError(f"slots={slots}, burst={burst}: both must be at least 1")
-    key = jax.random.key(0) if key is None else key
-    end_of_text = special_ids(tokenizer).pad
-    started = time.monotonic()
-    trajs = [Trajectory(task_id=t, episode_id=f"{t}-{uuid.uuid4().hex[:12]}", messages=[dict(m) for m in msgs],
-                        train_from_message_index=len(msgs)) for t, msgs in zip(task_ids, messages)]
-    if prompt_tokens is not None:
-        prompts = [[int(x) for x in p] for p in prompt_tokens]
-    else:
-        prompts = [_tokenize(tokenizer, harness.prompt_text(t.messages)) for t in trajs]
-    timing = BatchTiming(rows=slots)
-    submitter = _Submitter(pool, workers=2 * slots)
-    queue = collections.deque(range(n))
-    episode: list[int | None] = [None] * slots      # the episode each slot holds
-    turns: dict[int, _Turn] = {}                     # slot -> its decoding turn
-    tools: dict[int, Future] = {}                    # slot -> its running tool calls
-    verifying: dict[int, Future] = {}                # episode -> its verification
-    turn_count = [0] * n
-    episode_started = [started] * n                  # the wall clock runs per episode, from its prefill
-    previous: list[list[int] | None] = [None] * n
-    state = sampler.init(slots)
-    episode_keys = row_keys(key, n)  # episode e samples like lockstep's row e: fold_in(key, e)
+class SlotEngine:
+    """Episodes on `slots` rows of one sampler (module doc). `submit` from any thread; the loop
+    runs in a background thread (`start()`, stopped by `close()`) or in the caller (`run()`,
+    until every submitted episode is done)."""
 
-    def finish(e: int, reason: str) -> None:
-        traj = trajs[e]
+    def __init__(self, sampler: Sampler, tokenizer, *, slots: int, params: SamplingParams = SamplingParams(),
+                 burst: int = DECODE_BURST, pool=None):
+        if slots < 1 or burst < 1:
+            raise ValueError(f"slots={slots}, burst={burst}: both must be at least 1")
+        self.sampler, self.tokenizer, self.params = sampler, tokenizer, params
+        self.slots, self.burst = slots, burst
+        self.end_of_text = special_ids(tokenizer).pad
+        self.timing = BatchTiming(rows=slots)
+        self._submitter = _Submitter(pool, workers=2 * slots)
+        self._queue: collections.deque[_Episode] = collections.deque()
+        self._wake = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._slot: list[_Episode | None] = [None] * slots
+        self._turns: dict[int, _Turn] = {}
+        self._tools: dict[int, Future] = {}
+        self._verifying: list[_Episode] = []
+        self._state = sampler.init(slots)
+
+    # ---- the public surface -------------------------------------------------------------
+    def submit(self, env, messages: list[dict], *, task_id: str, limits: Limits, key: jax.Array,
+               prompt_tokens: Sequence[int] | None = None, script: Callable[[Trajectory], str] | None = None,
+               verify_fn: Callable | None = None) -> Future:
+        """Queue one episode; the Future gives its Trajectory (verified when verify_fn is given).
+        key: the episode's sampling key (its i-th token draws from fold_in(key, i))."""
+        traj = Trajectory(task_id=task_id, episode_id=f"{task_id}-{uuid.uuid4().hex[:12]}",
+                          messages=[dict(m) for m in messages], train_from_message_index=len(messages))
+        prompt = ([int(x) for x in prompt_tokens] if prompt_tokens is not None
+                  else _tokenize(self.tokenizer, harness.prompt_text(traj.messages)))
+        episode = _Episode(env, traj, prompt, limits, key, script, verify_fn, Future())
+        with self._wake:
+            if self._closed:
+                raise RuntimeError("SlotEngine.submit after close()")
+            self._queue.append(episode)
+            self._wake.notify()
+        return episode.future
+
+    def run(self) -> None:
+        """Run the loop in this thread until every submitted episode is done."""
+        while self._busy():
+            self._step(block=True)
+
+    def start(self) -> "SlotEngine":
+        """Run the loop in a background thread (a service for concurrent callers)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, name="reterm-slot-engine", daemon=True)
+            self._thread.start()
+        return self
+
+    def close(self) -> None:
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+        if self._thread is not None:
+            self._thread.join()
+        self._submitter.close()
+
+    # ---- the loop -----------------------------------------------------------------------
+    def _busy(self) -> bool:
+        return bool(self._queue or self._verifying or any(e is not None for e in self._slot))
+
+    def _serve(self) -> None:
+        while True:
+            with self._wake:
+                while not self._busy() and not self._closed:
+                    self._wake.wait()
+                if self._closed and not self._busy():
+                    return
+            try:
+                self._step(block=True)
+            except Exception as e:  # noqa: BLE001 - fail every waiting caller, not silently
+                self._fail_all(e)
+
+    def _fail_all(self, error: Exception) -> None:
+        pending = [e for e in self._slot if e is not None] + self._verifying
+        with self._wake:
+            pending += list(self._queue)
+            self._queue.clear()
+        for episode in pending:
+            if not episode.future.done():
+                episode.future.set_exception(error)
+        self._slot = [None] * self.slots
+        self._turns, self._tools, self._verifying = {}, {}, []
+        self._state = self.sampler.init(self.slots)
+
+    def _step(self, block: bool) -> None:
+        self._fill_free_slots()
+        self._take_verifications()
+        self._take_tool_results()
+        if self._turns:
+            self._decode_burst()
+        elif block and (self._tools or self._verifying):
+            waiting = list(self._tools.values()) + [e.verifying for e in self._verifying]
+            t0 = time.monotonic()
+            wait(waiting, return_when=FIRST_COMPLETED)
+            field = "sandbox_s" if self._tools else "verify_s"
+            setattr(self.timing, field, getattr(self.timing, field) + time.monotonic() - t0)
+
+    def _finish(self, episode: _Episode, reason: str) -> None:
+        traj = episode.traj
         traj.end_reason = reason
+        traj.wall_s = time.monotonic() - episode.started
         if reason == harness.DISK_LIMIT:
             traj.reward, traj.resolved = 0.0, False  # stopped for filling its disk: nothing to verify
-        elif reason != harness.SANDBOX_ERROR and verify_fn is not None:
-            verifying[e] = submitter.submit(verify_fn, envs[e])
-
-    def free(s: int, reason: str) -> None:
-        check_prefix(episode[s], sampler.contexts(state)[s], trajs[episode[s]].tokens, None)
-        finish(episode[s], reason)
-        episode[s] = None
-        turns.pop(s, None)
-
-    def start_turns(new: Sequence[int]) -> None:
-        """Turn-start checks (as lockstep's) and the prefix invariant for slots that decode next."""
-        if not new:
+        elif reason != harness.SANDBOX_ERROR and episode.verify_fn is not None:
+            episode.verifying = self._submitter.submit(episode.verify_fn, episode.env)
+            self._verifying.append(episode)
             return
-        seen = sampler.contexts(state)
-        room = sampler.remaining(state)
-        for s in new:
-            e = episode[s]
-            traj = trajs[e]
-            if turn_count[e] >= limits.max_turns:
-                free(s, harness.MAX_TURNS)
-            elif time.monotonic() - episode_started[e] > limits.wall_clock_s:
-                free(s, harness.WALL_CLOCK)
-            elif len(traj.tokens) >= limits.max_tokens:
-                free(s, harness.TOKEN_BUDGET)
-            elif room[s] < 1:
-                free(s, harness.CACHE_FULL)
-            else:
-                check_prefix(e, seen[s], traj.tokens, previous[e])
-                budget = limits.max_tokens - len(traj.tokens)
-                forced = _tokenize(tokenizer, script(e, traj)) if script is not None else None
-                if forced is not None and len(forced) > limits.max_new_tokens_per_turn:
-                    raise ValueError(f"forced tokens for episode {e}: {len(forced)} > "
-                                     f"max_new_tokens={limits.max_new_tokens_per_turn}")
-                limit = min(limits.max_new_tokens_per_turn, budget, len(forced) if forced is not None else budget)
-                turns[s] = _Turn(limit=limit, budget=budget, forced=forced, started=time.monotonic())
+        self._resolve(episode)
 
-    def fill_free_slots() -> None:
-        nonlocal state
-        new: dict[int, list[int]] = {}
-        for s in range(slots):
-            while episode[s] is None and queue:
-                e = queue.popleft()
-                p = prompts[e]
+    def _resolve(self, episode: _Episode) -> None:
+        episode.traj.timing = self.timing.as_dict()
+        episode.future.set_result(episode.traj)
+
+    def _free(self, s: int, reason: str) -> None:
+        episode = self._slot[s]
+        check_prefix(s, self.sampler.contexts(self._state)[s], episode.traj.tokens, None)
+        self._slot[s] = None
+        self._turns.pop(s, None)
+        self._finish(episode, reason)
+
+    def _start_turns(self, slots: Sequence[int]) -> None:
+        """Turn-start checks (as lockstep's) and the prefix invariant for slots that decode next."""
+        if not slots:
+            return
+        seen = self.sampler.contexts(self._state)
+        room = self.sampler.remaining(self._state)
+        for s in slots:
+            episode = self._slot[s]
+            traj, limits = episode.traj, episode.limits
+            if episode.turns >= limits.max_turns:
+                self._free(s, harness.MAX_TURNS)
+            elif time.monotonic() - episode.started > limits.wall_clock_s:
+                self._free(s, harness.WALL_CLOCK)
+            elif len(traj.tokens) >= limits.max_tokens:
+                self._free(s, harness.TOKEN_BUDGET)
+            elif room[s] < 1:
+                self._free(s, harness.CACHE_FULL)
+            else:
+                check_prefix(s, seen[s], traj.tokens, episode.previous)
+                budget = limits.max_tokens - len(traj.tokens)
+                forced = _tokenize(self.tokenizer, episode.script(traj)) if episode.script is not None else None
+                if forced is not None and len(forced) > limits.max_new_tokens_per_turn:
+                    raise ValueError(f"forced tokens for {traj.episode_id}: {len(forced)} > "
+                                     f"max_new_tokens={limits.max_new_tokens_per_turn}")
+                limit = min(limits.max_new_tokens_per_turn, budget, budget if forced is None else len(forced))
+                self._turns[s] = _Turn(limit=limit, budget=budget, forced=forced, started=time.monotonic())
+
+    def _fill_free_slots(self) -> None:
+        new: dict[int, _Episode] = {}
+        for s in range(self.slots):
+            while self._slot[s] is None:
+                with self._wake:
+                    if not self._queue:
+                        break
+                    episode = self._queue.popleft()
+                episode.started = time.monotonic()
+                p, limits = episode.prompt, episode.limits
                 if len(p) >= limits.max_tokens:
-                    finish(e, harness.TOKEN_BUDGET)
-                elif len(p) >= sampler.max_length:
-                    finish(e, harness.CACHE_FULL)
+                    self._finish(episode, harness.TOKEN_BUDGET)
+                elif len(p) >= self.sampler.max_length:
+                    self._finish(episode, harness.CACHE_FULL)
                 else:
-                    episode[s] = e
-                    episode_started[e] = time.monotonic()
-                    trajs[e].add_context(p)
-                    trajs[e].prompt_len = len(p)
-                    new[s] = p
+                    self._slot[s] = new[s] = episode
+                    episode.traj.add_context(p)
+                    episode.traj.prompt_len = len(p)
         if not new:
             return
         t0 = time.monotonic()
         rows = list(new)
-        if len(rows) == slots and not state.index.any():
-            state = sampler.extend(state, [new[s] for s in rows])
+        prompts = [new[s].prompt for s in rows]
+        if len(rows) == self.slots and not self._state.index.any():
+            self._state = self.sampler.extend(self._state, prompts)
         else:
-            state = sampler.put_rows(state, rows, sampler.extend(sampler.init(len(rows)), [new[s] for s in rows]))
-        timing.prefill_s += time.monotonic() - t0
-        start_turns(rows)
+            fresh = self.sampler.extend(self.sampler.init(len(rows)), prompts)
+            self._state = self.sampler.put_rows(self._state, rows, fresh)
+        self.timing.prefill_s += time.monotonic() - t0
+        self._start_turns(rows)
 
-    def take_tool_results(block: bool) -> None:
-        nonlocal state
-        if not tools:
+    def _take_verifications(self) -> None:
+        for episode in [e for e in self._verifying if e.verifying.done()]:
+            self._verifying.remove(episode)
+            apply_verification(episode.traj, episode.verifying.result())
+            self._resolve(episode)
+
+    def _take_tool_results(self) -> None:
+        done = [s for s, f in self._tools.items() if f.done()]
+        if not done:
             return
-        done = [s for s, f in tools.items() if f.done()]
-        if not done and block:
-            t0 = time.monotonic()
-            wait(list(tools.values()), return_when=FIRST_COMPLETED)
-            timing.sandbox_s += time.monotonic() - t0
-            done = [s for s, f in tools.items() if f.done()]
-        pieces: list[list[int] | None] = [None] * slots
-        room = sampler.remaining(state)
+        pieces: list[list[int] | None] = [None] * self.slots
+        room = self.sampler.remaining(self._state)
         for s in done:
-            reason, pieces[s] = observe(trajs[episode[s]], tools.pop(s).result(), tokenizer, limits, room[s])
+            episode = self._slot[s]
+            reason, pieces[s] = observe(episode.traj, self._tools.pop(s).result(), self.tokenizer, episode.limits,
+                                        room[s])
             if reason is not None:
-                free(s, reason)
-        ready = [s for s in range(slots) if pieces[s] is not None]
+                self._free(s, reason)
+        ready = [s for s in range(self.slots) if pieces[s] is not None]
         if ready:
             t0 = time.monotonic()
-            state = sampler.extend(state, pieces)
-            timing.observe_s += time.monotonic() - t0
-            start_turns(ready)
+            self._state = self.sampler.extend(self._state, pieces)
+            self.timing.observe_s += time.monotonic() - t0
+            self._start_turns(ready)
 
-    def decode_burst() -> None:
-        nonlocal state
+    def _decode_burst(self) -> None:
+        turns, burst = self._turns, self.burst
         decoding = sorted(turns)
-        active = np.zeros(slots, bool)
+        active = np.zeros(self.slots, bool)
         active[decoding] = True
-        row_limits = [turns[s].limit - len(turns[s].tokens) if s in turns else 0 for s in range(slots)]
+        row_limits = [turns[s].limit - len(turns[s].tokens) if s in turns else 0 for s in range(self.slots)]
         forced = [turns[s].forced[len(turns[s].tokens):][:burst] if s in turns and turns[s].forced is not None
-                  else None for s in range(slots)]
-        slot_keys = episode_keys[np.asarray([0 if e is None else e for e in episode])]
-        offsets = [trajs[e].num_sampled + len(turns[s].tokens) if s in turns else 0 for s, e in enumerate(episode)]
+                  else None for s in range(self.slots)]
+        idle_key = jax.random.key(0)
+        keys = [self._slot[s].key if s in turns else idle_key for s in range(self.slots)]
+        offsets = [self._slot[s].traj.num_sampled + len(turns[s].tokens) if s in turns else 0
+                   for s in range(self.slots)]
         t0 = time.monotonic()
-        state, gen = sampler.generate(state, slot_keys, params, burst, active=active, row_limits=row_limits,
-                                      forced=forced if script is not None else None, offsets=offsets)
-        timing.decode_s += time.monotonic() - t0
-        timing.decode_tokens += sum(len(t) for t in gen.tokens)
-        timing.row_steps += gen.steps * slots
+        self._state, gen = self.sampler.generate(self._state, keys, self.params, burst, active=active,
+                                                 row_limits=row_limits, forced=forced, offsets=offsets)
+        self.timing.decode_s += time.monotonic() - t0
+        self.timing.decode_tokens += sum(len(t) for t in gen.tokens)
+        self.timing.row_steps += gen.steps * self.slots
         for s in decoding:
-            turn, e = turns[s], episode[s]
+            turn, episode = turns[s], self._slot[s]
             turn.tokens += gen.tokens[s]
             turn.logprobs += gen.logprobs[s]
             if not (gen.stopped[s] or gen.cache_full[s] or len(turn.tokens) >= turn.limit):
                 continue  # the turn goes on in the next burst
             del turns[s]
-            traj = trajs[e]
-            parsed = _record_turn(traj, tokenizer, turn.tokens, turn.logprobs, gen.stopped[s],
-                                  time.monotonic() - turn.started, turn_count[e])
-            turn_count[e] += 1
-            previous[e] = list(traj.tokens)
-            reason = turn_end_reason(parsed, turn.tokens, gen.stopped[s], turn.budget, gen.cache_full[s], end_of_text)
+            traj = episode.traj
+            parsed = _record_turn(traj, self.tokenizer, turn.tokens, turn.logprobs, gen.stopped[s],
+                                  time.monotonic() - turn.started, episode.turns)
+            episode.turns += 1
+            episode.previous = list(traj.tokens)
+            reason = turn_end_reason(parsed, turn.tokens, gen.stopped[s], turn.budget, gen.cache_full[s],
+                                     self.end_of_text)
             if reason is not None:
-                free(s, reason)
+                self._free(s, reason)
             else:
-                tools[s] = submitter.submit(lambda env, p=parsed: _run_calls(env, p, limits.command_timeout_s),
-                                            envs[e])
+                timeout = episode.limits.command_timeout_s
+                self._tools[s] = self._submitter.submit(lambda env, p=parsed: _run_calls(env, p, timeout), episode.env)
 
+
+def run_continuous(sampler: Sampler, tokenizer, envs: Sequence, messages: Sequence[list[dict]], *,
+                   task_ids: Sequence[str], limits: Limits, slots: int, burst: int = DECODE_BURST,
+                   params: SamplingParams = SamplingParams(), key: jax.Array | None = None,
+                   script: Callable[[int, Trajectory], str] | None = None, pool=None,
+                   verify_fn: Callable | None = None,
+                   prompt_tokens: Sequence[Sequence[int]] | None = None) -> list[Trajectory]:
+    """Run len(envs) episodes on `slots` sampler rows (arguments as `rollout.run_episodes`; script(e,
+    traj) gets the episode's index; episode e's key is fold_in(key, e), lockstep's row e's).
+    Returns the trajectories in the episodes' order, all verified."""
+    n = len(envs)
+    if not len(messages) == len(task_ids) == n:
+        raise ValueError(f"{n} envs, {len(messages)} message lists, {len(task_ids)} task ids")
+    if prompt_tokens is not None and len(prompt_tokens) != n:
+        raise ValueError(f"{n} envs but {len(prompt_tokens)} prompt token lists")
+    engine = SlotEngine(sampler, tokenizer, slots=slots, params=params, burst=burst, pool=pool)
+    keys = row_keys(jax.random.key(0) if key is None else key, n)
     try:
-        while queue or any(x is not None for x in episode):
-            fill_free_slots()
-            take_tool_results(block=not turns)
-            if turns:
-                decode_burst()
-        t0 = time.monotonic()
-        for e, future in verifying.items():
-            apply_verification(trajs[e], future.result())
-        timing.verify_s += time.monotonic() - t0
+        futures = [engine.submit(envs[e], messages[e], task_id=task_ids[e], limits=limits, key=keys[e],
+                                 prompt_tokens=None if prompt_tokens is None else prompt_tokens[e],
+                                 script=None if script is None else (lambda traj, e=e: script(e, traj)),
+                                 verify_fn=verify_fn)
+                   for e in range(n)]
+        engine.run()
     finally:
-        submitter.close()
-    shared = timing.as_dict()
+        engine.close()
+    trajs = [f.result() for f in futures]
+    shared = engine.timing.as_dict()
     for traj in trajs:
-        traj.wall_s = time.monotonic() - started
         traj.timing = shared
     return trajs

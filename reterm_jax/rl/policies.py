@@ -163,19 +163,30 @@ def trial_key(key, task_name: str, sample: int, index: int, stream: str = ""):
 
 
 class ModelPolicy:
-    """The model through the bash harness. One attempt = one `run_episodes` row; attempts are
-    serialised by a lock (one sampler, one cache), while the other tasks' sandboxes keep working.
-    Called with `sample=` (the evaluation does, per_trial_keys), an attempt's key depends on
-    (seed, task name, sample, attempt index, stream) alone, so it is the same in every run and
-    for every policy scored on that trial; called without, keys follow the call order."""
+    """The model through the bash harness. slots=0: one attempt = one `run_episodes` row, and
+    attempts are serialised by a lock (one sampler, one cache) while the other tasks' sandboxes
+    keep working. slots=N: concurrent attempts share N rows of one sampler (a `SlotEngine`
+    service, continuous batching: rl/continuous.py), so they decode together; an attempt samples
+    the same tokens either way (per-row keys). Called with `sample=` (the evaluation does,
+    per_trial_keys), an attempt's key depends on (seed, task name, sample, attempt index,
+    stream) alone, so it is the same in every run and for every policy scored on that trial;
+    called without, keys follow the call order. `close()` stops the engine."""
 
     per_trial_keys = True
 
-    def __init__(self, sampler, tokenizer, limits: Limits, params, seed: int = 0):
+    def __init__(self, sampler, tokenizer, limits: Limits, params, seed: int = 0, slots: int = 0):
         self.sampler, self.tokenizer, self.limits, self.params = sampler, tokenizer, limits, params
         self.key = jax.random.key(seed)
         self._lock = threading.Lock()
         self._calls = 0
+        self.engine = None
+        if slots:
+            from reterm_jax.rl.continuous import SlotEngine
+            self.engine = SlotEngine(sampler, tokenizer, slots=slots, params=params).start()
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
 
     def __call__(self, task, sandbox, history, index: int, context: list[int] | None = None, *,
                  sample: int | None = None, stream: str = "") -> AttemptResult:
@@ -191,12 +202,22 @@ class ModelPolicy:
         messages = initial_messages(task.instruction, history)
         prompt = None if context is None else [continuation_prompt(self.tokenizer, context)]
         key = None if sample is None else trial_key(self.key, task.name, sample, index, stream)
-        with self._lock:
+        if self.engine is not None:
             if key is None:
-                key = jax.random.fold_in(self.key, self._calls)
-                self._calls += 1
-            traj = run_episodes(self.sampler, self.tokenizer, [sandbox], [messages], task_ids=[task.name],
-                                limits=limits, params=self.params, key=key, prompt_tokens=prompt)[0]
+                with self._lock:
+                    key = jax.random.fold_in(self.key, self._calls)
+                    self._calls += 1
+            # run_episodes' row 0 samples with fold_in(key, 0): the same attempt as the lockstep path
+            traj = self.engine.submit(sandbox, messages, task_id=task.name, limits=limits,
+                                      key=jax.random.fold_in(key, 0),
+                                      prompt_tokens=None if prompt is None else prompt[0]).result()
+        else:
+            with self._lock:
+                if key is None:
+                    key = jax.random.fold_in(self.key, self._calls)
+                    self._calls += 1
+                traj = run_episodes(self.sampler, self.tokenizer, [sandbox], [messages], task_ids=[task.name],
+                                    limits=limits, params=self.params, key=key, prompt_tokens=prompt)[0]
         return AttemptResult(traj.messages, traj.end_reason, tokens=traj.num_sampled, context_tokens=len(traj.tokens),
                              turns=len(traj.turns), time_s=time.monotonic() - start, error=traj.error,
                              context=list(traj.tokens))
