@@ -5,7 +5,7 @@ Each round starts `groups` x G sandboxes from the bundled tasks (G per task, as 
 then runs all of them through one engine, verification included, and times only the engine (the
 sandboxes' start and removal are the same for both and left out):
   lockstep    one `run_episodes` call per group of G rows, as the GRPO producer does;
-  continuous  one `run_continuous` call with `slots` = G rows for all the groups' attempts.
+  continuous  one `run_continuous` call with `--slots` rows (default G) for all the groups' attempts.
 Rounds alternate lockstep / continuous, `--runs` each; the first round of each is a warm-up
 (compilation) and is not counted.
 
@@ -85,7 +85,7 @@ def one_round(engine: str, tasks, sampler, tok, args, pool) -> dict:
         else:
             trajs = run_continuous(sampler, tok, sandboxes, [initial_messages(t.instruction) for t in episode_tasks],
                                    task_ids=[t.name for t in episode_tasks], limits=limits, params=params,
-                                   key=jax.random.key(0), pool=pool, verify_fn=verify, script=script, slots=g,
+                                   key=jax.random.key(0), pool=pool, verify_fn=verify, script=script, slots=args.slots or g,
                                    burst=args.burst)
         wall = time.monotonic() - start
     finally:
@@ -108,6 +108,7 @@ def main() -> int:
     ap.add_argument("--policy", choices=("scripted", "sampled"), default="scripted")
     ap.add_argument("--turn_tokens", type=int, default=160, help="max new tokens per turn")
     ap.add_argument("--burst", type=int, default=32, help="continuous engine: decode steps per sampler call")
+    ap.add_argument("--slots", type=int, default=0, help="continuous engine's rows (default: group_size)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     tok = load_tokenizer()
@@ -126,7 +127,7 @@ def main() -> int:
     med = {e: statistics.median(r["trajectories_per_s"] for r in rs) for e, rs in results.items()}
     out = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
            "date": time.strftime("%Y-%m-%d"), "policy": args.policy, "groups": args.groups,
-           "group_size": args.group_size, "runs": args.runs, "burst": args.burst,
+           "group_size": args.group_size, "runs": args.runs, "burst": args.burst, "slots": args.slots or args.group_size,
            "lockstep_trajectories_per_s": med["lockstep"], "continuous_trajectories_per_s": med["continuous"],
            "ratio": med["continuous"] / med["lockstep"],
            "rounds": results}
