@@ -70,11 +70,11 @@ def cache_attention(q, keys, values, q_segments, q_slots, kv_segments, filled, s
 
     q [B,T,Nq,D]; keys/values [B,L,Nkv,D] (the whole buffer, this call's K/V written);
     q_segments [B,T]; q_slots [B,T] (absolute slot of each query in its row); kv_segments [B,L];
-    filled: int32 scalar, the most slots any row has written (max over rows of index + T). The same mask as `segment_mask` + `grouped_attention`,
-    computed as an online softmax over key blocks of `block` slots, visiting only the
-    ceil(filled / block) blocks that hold written slots: time and memory follow the filled prefix,
-    not the buffer length L (a `lax.fori_loop` with a traced trip count; inference only, it has
-    no reverse-mode derivative). fp32 statistics; queries with no visible key get zeros.
+    filled: int32 scalar, the most slots any row has written (max over rows of index + T). The
+    same mask as `segment_mask` + `grouped_attention`, computed as an online softmax over key
+    blocks of `block` slots, visiting only the ceil(filled / block) blocks that hold written
+    slots: time and memory follow the filled prefix, not the buffer length L (a `lax.fori_loop`
+    with a traced trip count; inference only, it has no reverse-mode derivative). fp32 statistics; queries with no visible key get zeros.
     """
     b, t, nq, d = q.shape
     length, nkv = keys.shape[1], keys.shape[2]
@@ -156,8 +156,8 @@ class GatedAttention(nnx.Module):
                  cache: AttentionCache | None = None, index: jax.Array | None = None,
                  kv_segments: jax.Array | None = None):
         """x [B,T,H]. Without cache: attends within x. With cache: writes row b's K/V at slots
-        [index[b], index[b]+T) (model/cache.py write_slots) and attends over the buffer's written slots (`cache_attention`), whose
-        slot segments (already including this call's tokens) are `kv_segments` [B, L].
+        [index[b], index[b]+T) (model/cache.py write_slots) and attends over the buffer's written
+        slots (`cache_attention`), whose slot segments (already including this call's tokens) are `kv_segments` [B, L].
         Returns (out, new cache)."""
         b, t, _ = x.shape
         d = self.head_dim

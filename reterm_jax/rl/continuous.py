@@ -50,7 +50,7 @@ from reterm_jax.data.tokenizer import special_ids
 from reterm_jax.rl import harness
 from reterm_jax.rl.harness import Limits
 from reterm_jax.rl.rollout import (BatchTiming, _record_turn, _run_calls, _tokenize, apply_verification,
-                                   check_prefix, observe, turn_end_reason)
+                                   call_outcome, check_prefix, observe, turn_end_reason)
 from reterm_jax.rl.sampler import Sampler, row_keys
 from reterm_jax.rl.sampling import SamplingParams
 from reterm_jax.rl.trajectory import Trajectory
@@ -96,15 +96,7 @@ class _Submitter:
     def submit(self, fn: Callable, item) -> Future:
         if self.pool is not None:
             return self.pool.submit(fn, item)
-        from reterm_jax.sandbox.pool import Outcome
-
-        def run():
-            start = time.monotonic()
-            try:
-                return Outcome(item, fn(item), duration_s=time.monotonic() - start)
-            except Exception as e:  # noqa: BLE001 - one bad episode never kills the batch
-                return Outcome(item, error=f"{type(e).__name__}: {e}", duration_s=time.monotonic() - start)
-        return self.executor.submit(run)
+        return self.executor.submit(call_outcome, fn, item)
 
     def close(self) -> None:
         if self.executor is not None:
@@ -232,7 +224,7 @@ class SlotEngine:
 
     def _free(self, s: int, reason: str) -> None:
         episode = self._slot[s]
-        check_prefix(s, self.sampler.contexts(self._state)[s], episode.traj.tokens, None)
+        check_prefix(s, self.sampler.context(self._state, s), episode.traj.tokens, None)
         self._slot[s] = None
         self._turns.pop(s, None)
         self._finish(episode, reason)

@@ -201,21 +201,19 @@ class ModelPolicy:
         limits = dataclasses.replace(self.limits, wall_clock_s=min(self.limits.wall_clock_s, task.agent_timeout_s))
         messages = initial_messages(task.instruction, history)
         prompt = None if context is None else [continuation_prompt(self.tokenizer, context)]
-        key = None if sample is None else trial_key(self.key, task.name, sample, index, stream)
+        if sample is not None:
+            key = trial_key(self.key, task.name, sample, index, stream)
+        else:
+            with self._lock:
+                key = jax.random.fold_in(self.key, self._calls)
+                self._calls += 1
         if self.engine is not None:
-            if key is None:
-                with self._lock:
-                    key = jax.random.fold_in(self.key, self._calls)
-                    self._calls += 1
             # run_episodes' row 0 samples with fold_in(key, 0): the same attempt as the lockstep path
             traj = self.engine.submit(sandbox, messages, task_id=task.name, limits=limits,
                                       key=jax.random.fold_in(key, 0),
                                       prompt_tokens=None if prompt is None else prompt[0]).result()
         else:
             with self._lock:
-                if key is None:
-                    key = jax.random.fold_in(self.key, self._calls)
-                    self._calls += 1
                 traj = run_episodes(self.sampler, self.tokenizer, [sandbox], [messages], task_ids=[task.name],
                                     limits=limits, params=self.params, key=key, prompt_tokens=prompt)[0]
         return AttemptResult(traj.messages, traj.end_reason, tokens=traj.num_sampled, context_tokens=len(traj.tokens),

@@ -181,21 +181,23 @@ def apply_verification(traj: Trajectory, outcome) -> None:
         traj.reward, traj.verify_error, traj.verify_infra = 0.0, outcome.error, True
 
 
+def call_outcome(fn, item):
+    """fn(item) as a SandboxPool Outcome: its value, or the exception as its error (never raises)."""
+    from reterm_jax.sandbox.pool import Outcome
+    start = time.monotonic()
+    try:
+        return Outcome(item, fn(item), duration_s=time.monotonic() - start)
+    except Exception as e:  # noqa: BLE001 - one bad row never kills the batch
+        return Outcome(item, error=f"{type(e).__name__}: {e}", duration_s=time.monotonic() - start)
+
+
 def _thread_map(fn, items) -> list:
     """SandboxPool.map's contract (an Outcome per item, never raising) on plain threads, for
     callers without a pool (a SandboxPool reaps Docker leftovers on creation, so it needs Docker)."""
-    from reterm_jax.sandbox.pool import Outcome
-
-    def run(item):
-        start = time.monotonic()
-        try:
-            return Outcome(item, fn(item), duration_s=time.monotonic() - start)
-        except Exception as e:  # noqa: BLE001 - one bad row never kills the batch
-            return Outcome(item, error=f"{type(e).__name__}: {e}", duration_s=time.monotonic() - start)
     if not items:
         return []
     with ThreadPoolExecutor(max_workers=len(items), thread_name_prefix="reterm-rollout") as ex:
-        return list(ex.map(run, items))
+        return list(ex.map(lambda item: call_outcome(fn, item), items))
 
 
 @dataclasses.dataclass

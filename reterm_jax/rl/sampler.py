@@ -272,24 +272,24 @@ class Sampler:
         episodes."""
         batch = state.tokens.shape[0]
         room = self.remaining(state)
-        args = self._generate_args(batch, max_new_tokens, active, row_limits, forced, room=room)
+        active, wanted, forced_ids, has_forced = self._generate_args(batch, max_new_tokens, active, row_limits, forced)
+        limits = np.minimum(wanted, room).astype(np.int32)  # each row also stops when its own cache is full
+        args = tuple(jnp.asarray(x) for x in (active, limits, forced_ids, has_forced))
         keys = row_keys(key, batch)
         start = jnp.asarray(np.zeros(batch, np.int32) if offsets is None else np.asarray(offsets, np.int32))
         with self._traced():
             state, out, logp, length, stopped, steps = self._generate(
-                self.params, state, keys, start, *args, jnp.asarray(max_new_tokens, jnp.int32), params=params,
-                width=max_new_tokens)
+                self.params, state, keys, start, *args, params=params, width=max_new_tokens)
         out, logp, length, stopped = (np.asarray(x) for x in (out, logp, length, stopped))
-        wanted = np.asarray(self._generate_args(batch, max_new_tokens, active, row_limits, forced)[1])
         return state, Generation(
             tokens=[out[r, :length[r]].tolist() for r in range(batch)],
             logprobs=[logp[r, :length[r]].tolist() for r in range(batch)],
             stopped=[bool(s) for s in stopped], steps=int(steps),
             cache_full=[bool(not stopped[r] and length[r] >= room[r] and room[r] < wanted[r]) for r in range(batch)])
 
-    def _generate_args(self, batch: int, max_new_tokens: int, active, row_limits, forced, room=None):
-        """(active, limits, forced ids, has_forced) as device arrays for `_generate`; room[r] (free
-        cache slots) caps row r's limit."""
+    def _generate_args(self, batch: int, max_new_tokens: int, active, row_limits, forced):
+        """(active, limits, forced ids, has_forced) as host arrays: what each row asks for (the
+        cache's room is applied by `generate`)."""
         active = np.ones(batch, bool) if active is None else np.asarray(active, bool)
         limits = np.full(batch, max_new_tokens, np.int32)
         if row_limits is not None:
@@ -303,20 +303,17 @@ class Sampler:
                 forced_ids[r, :len(f)] = f
                 has_forced[r] = True
                 limits[r] = min(limits[r], len(f))
-        if room is not None:
-            limits = np.minimum(limits, np.asarray(room, np.int32))
-        return tuple(jnp.asarray(x) for x in (active, limits, forced_ids, has_forced))
+        return active, limits, forced_ids, has_forced
 
     def lower_generate(self, state: SamplerState, params: SamplingParams, max_new_tokens: int):
         """`generate`'s jitted loop lowered for `state` (concrete, or jax.ShapeDtypeStruct leaves
         with shardings, e.g. for AOT memory analysis on fake devices): `.compile()` it to read
         its memory_analysis() or its HLO's collectives."""
         batch = state.tokens.shape[0]
-        args = self._generate_args(batch, max_new_tokens, None, None, None)
+        args = tuple(jnp.asarray(x) for x in self._generate_args(batch, max_new_tokens, None, None, None))
         with self._traced():
             return self._generate.lower(self.params, state, row_keys(jax.random.key(0), batch),
-                                        jnp.zeros((batch,), jnp.int32), *args,
-                                        jnp.asarray(max_new_tokens, jnp.int32), params=params, width=max_new_tokens)
+                                        jnp.zeros((batch,), jnp.int32), *args, params=params, width=max_new_tokens)
 
     def lower_extend(self, state: SamplerState, width: int):
         """`extend`'s model call for a `width`-token piece per row, lowered (as lower_generate)."""
@@ -330,15 +327,16 @@ class Sampler:
         tokens, seg = np.asarray(state.tokens), np.asarray(state.cache.segment_ids)
         return [tokens[r][seg[r] != 0] for r in range(tokens.shape[0])]
 
+    def context(self, state: SamplerState, row: int) -> np.ndarray:
+        """`contexts(state)[row]`, reading only that row from the device."""
+        tokens, seg = np.asarray(state.tokens[row]), np.asarray(state.cache.segment_ids[row])
+        return tokens[seg != 0]
+
 
 def _take_rows(constrain, state: SamplerState, rows: jax.Array) -> SamplerState:
-    """The state whose row r is row rows[r] of `state` (cache, write positions, tokens, logits)."""
-    take = lambda x: jnp.take(x, rows, axis=0)
-    cache = state.cache
-    cache = cache.replace(layers=jax.tree.map(take, cache.layers), index=take(cache.index),
-                          segment_ids=take(cache.segment_ids),
-                          last_segment=take(cache.last_segment), next_position=take(cache.next_position))
-    return constrain(SamplerState(cache=cache, tokens=take(state.tokens), last_logits=take(state.last_logits)))
+    """The state whose row r is row rows[r] of `state`: every leaf has the batch axis first (cache
+    layers, write positions, tokens, logits)."""
+    return constrain(jax.tree.map(lambda x: jnp.take(x, rows, axis=0), state))
 
 
 def _put_rows(constrain, state: SamplerState, rows: jax.Array, source: SamplerState) -> SamplerState:
@@ -386,13 +384,13 @@ def row_keys(key: jax.Array, batch: int) -> jax.Array:
 
 
 def _generate(graphdef, stop_ids, pad_id, constrain, params_tree, state: SamplerState, keys, start, active, limits,
-              forced, has_forced, steps_allowed, *, params: SamplingParams, width: int):
+              forced, has_forced, *, params: SamplingParams, width: int):
     batch = active.shape[0]
     stop = jnp.asarray(stop_ids, jnp.int32)
 
     def cond(carry):
         step, done = carry[0], carry[-1]
-        return (step < steps_allowed) & ~jnp.all(done)
+        return (step < width) & ~jnp.all(done)  # limits <= width and the cache's room: done covers both
 
     def body(carry):
         step, st, out, out_logp, length, stopped, done = carry
