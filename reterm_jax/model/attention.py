@@ -6,6 +6,8 @@ after the query's slot, both are in the same segment, and the key is not padding
 """
 from __future__ import annotations
 
+import logging
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -15,6 +17,8 @@ from reterm_jax.model.config import Qwen3_5Config
 from reterm_jax.model.norms import RMSNorm, stat_dtype
 from reterm_jax.model.params import dense
 from reterm_jax.model.rope import apply_rope
+
+log = logging.getLogger(__name__)
 
 
 def segment_mask(q_segments: jax.Array, q_slots: jax.Array, kv_segments: jax.Array) -> jax.Array:
@@ -113,19 +117,45 @@ def cache_attention(q, keys, values, q_segments, q_slots, kv_segments, filled, s
 
 # model.attention_impl: how self-attention without a cache (training, full forwards) is computed.
 #   reference: causal_block_attention above (scores of a 128-query block against all earlier keys);
-#   flash: model/flash_attention.py (tiles, online softmax, custom backward: memory linear in T);
-#   auto: flash (the only memory-efficient kernel built so far; on every backend).
-ATTENTION_IMPLS = ("auto", "reference", "flash")
+#   flash: model/flash_attention.py (tiles, online softmax, custom backward: memory linear in T;
+#          plain JAX, every backend);
+#   splash: model/splash_attention.py (the Pallas TPU splash kernel, per device under the mesh;
+#           Pallas' interpreter off TPU: correct and slow, for checking);
+#   auto: splash on TPU when the head size is a multiple of 128 (the kernel's lane width), else
+#         flash, saying so once in the log. A cuDNN kernel is not built: jax.nn.dot_product_attention's
+#         cuDNN path expresses padding only as per-row lengths, not packed segments or left padding,
+#         without a dense [T, S] mask; on GPUs auto is flash.
+ATTENTION_IMPLS = ("auto", "reference", "flash", "splash")
+_said: set[str] = set()
+
+
+def resolve_attention_impl(impl: str, head_dim: int, backend: str | None = None) -> str:
+    """The kernel `impl` runs as on `backend` (default: JAX's): auto -> splash | flash."""
+    if impl not in ATTENTION_IMPLS:
+        raise ValueError(f"model.attention_impl={impl!r}: use one of {', '.join(ATTENTION_IMPLS)}")
+    if impl != "auto":
+        return impl
+    backend = backend or jax.default_backend()
+    if backend == "tpu" and head_dim % 128 == 0:
+        return "splash"
+    why = (f"head_dim {head_dim} is not a multiple of 128" if backend == "tpu" else
+           f"no faster kernel is built for {backend}")
+    if why not in _said:
+        _said.add(why)
+        log.info("model.attention_impl=auto: flash attention (%s)", why)
+    return "flash"
 
 
 def self_attention(q, k, v, segment_ids, scale: float, impl: str = "auto"):
     """The one entry point for cache-less self-attention; `impl` from ATTENTION_IMPLS."""
+    impl = resolve_attention_impl(impl, q.shape[-1])
     if impl == "reference":
         return causal_block_attention(q, k, v, segment_ids, scale)
-    if impl in ("flash", "auto"):
+    if impl == "flash":
         from reterm_jax.model.flash_attention import flash_attention
         return flash_attention(q, k, v, segment_ids, scale)
-    raise ValueError(f"model.attention_impl={impl!r}: use one of {', '.join(ATTENTION_IMPLS)}")
+    from reterm_jax.model.splash_attention import splash_attention
+    return splash_attention(q, k, v, segment_ids, scale)
 
 
 def set_attention_impl(model: nnx.Module, impl: str) -> None:
