@@ -118,3 +118,18 @@ def test_splash_runs_per_device_under_a_mesh():
                PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]))
     r = subprocess.run([sys.executable, "-c", SHARDED], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
+
+
+def test_splash_lowers_for_tpu_at_9b_head_sizes():
+    """No TPU here: lower (not run) the compiled kernel's forward and backward for the TPU at the
+    9B's attention shapes (16 query / 4 kv heads of 256, bf16, 8k tokens): three Mosaic kernels
+    (forward, dq, dk/dv), so the block sizes and layouts are ones Mosaic accepts."""
+    b, t, d = 1, 8192, 256
+    q = jax.ShapeDtypeStruct((b, t, 16, d), jnp.bfloat16)
+    kv = jax.ShapeDtypeStruct((b, t, 4, d), jnp.bfloat16)
+    seg = jax.ShapeDtypeStruct((b, t), jnp.int32)
+
+    def loss(q, k, v, s):
+        return jnp.sum(splash_attention(q, k, v, s, d ** -0.5, interpret=False).astype(jnp.float32))
+    lowered = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).trace(q, kv, kv, seg).lower(lowering_platforms=("tpu",))
+    assert lowered.as_text().count("tpu_custom_call") == 3
