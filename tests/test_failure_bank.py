@@ -120,6 +120,49 @@ def test_add_then_branch_sees_the_failure_state_and_branches_are_independent(
     assert not bank.directory.exists()
 
 
+@needs_docker
+def test_the_verifiers_snapshot_is_the_banked_image(bank_dirs, failed_sandbox, greeting, docker_client,
+                                                    monkeypatch):
+    """bank.snapshot + verify(snapshot=) + add(snapshot=): the failure state is committed once,
+    verified on a clone of that image, and the entry keeps the very image; a passing state's
+    snapshot is deleted on release; a snapshot the bank did not make is refused."""
+    import reterm_jax.rl.failure_bank as fb
+    import reterm_jax.sandbox.snapshots as snapshots
+    commits = []
+
+    def counting_commit(*a, **kw):  # the real commit, counted
+        commits.append(kw.get("what", "snapshot"))
+        return snapshots.commit_image(*a, **kw)
+    monkeypatch.setattr(fb, "commit_image", counting_commit)
+    monkeypatch.setattr(snapshots, "take_snapshot", lambda sb: snapshots.Snapshot(counting_commit(
+        sb, labels.labels(labels.KIND_SNAPSHOT)), sb))
+    bank = bank_dirs()
+    sb = failed_sandbox
+    sb.exec("echo 'hello sandbox' > /app/greeting.txt")
+    snap = bank.snapshot(sb, greeting)
+    result = verify(sb, greeting, snapshot=snap)
+    assert result.error is None and result.reward == 0.0 and _image_exists(docker_client, snap.image_id)
+    entry = bank.add(sb, greeting, _trajectory("failed"), policy_version=1, reward=result.reward,
+                     end_reason="stop", snapshot=snap)
+    snap.release()  # a no-op now: the bank owns the image
+    assert commits == ["commit"] and docker_client.images.get(entry.image).id == snap.image_id
+    assert docker_client.images.get(entry.image).labels[labels.KIND] == labels.KIND_BANK
+    (b,) = bank.branch(entry, 1)
+    with b:
+        assert b.exec("cat /app/greeting.txt").output == "hello sandbox\n"
+        assert b.exec("test -e /logs/verifier/reward.txt; echo $?").output == "1\n"  # not the clone's
+
+    sb.exec("echo 'hello, sandbox' > /app/greeting.txt")  # now it passes: not banked
+    passing = bank.snapshot(sb, greeting)
+    assert verify(sb, greeting, snapshot=passing).reward == 1.0
+    passing.release()
+    assert not _image_exists(docker_client, passing.image_id) and len(bank) == 1
+    with sb.snapshot() as foreign, pytest.raises(ValueError, match="this bank's snapshot"):
+        bank.add(sb, greeting, _trajectory("x"), policy_version=1, reward=0.0, end_reason="stop",
+                 snapshot=foreign)
+    assert len(bank) == 1 and bank.entry_ids() == [entry.entry_id]
+
+
 _CRASHING_RUN = textwrap.dedent("""
     import os, sys
     from reterm_jax.rl.failure_bank import FailureBank

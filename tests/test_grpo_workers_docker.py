@@ -13,7 +13,7 @@ from reterm_jax.rl.policy_store import PolicyStore
 from reterm_jax.rl.stream import GroupStream, StreamConfig, assess
 from reterm_jax.rl.recovery import RecoveryConfig, RecoveryProducer
 from reterm_jax.rl.workers import RolloutWorkers
-from reterm_jax.sandbox import load_task
+from reterm_jax.sandbox import labels, load_task
 from rl_test_utils import tiny_sampler
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -51,11 +51,25 @@ def make_producer(bank, task, sampler, tok, script, engine="lockstep"):
 
 
 @pytest.mark.parametrize("engine", ["lockstep", "continuous"])
-def test_recovery_groups_from_a_bank_filled_by_a_failing_policy(bank, task_path, sampler, tok, engine):
+def test_recovery_groups_from_a_bank_filled_by_a_failing_policy(bank, task_path, sampler, tok, engine,
+                                                                 monkeypatch):
+    import reterm_jax.rl.failure_bank as fb
+    import reterm_jax.sandbox.snapshots as snapshots
+    commits = []  # the real docker commits, counted by kind
+
+    def counting_commit(sb, image_labels, **kw):
+        commits.append(image_labels[labels.KIND])
+        return snapshots.commit_image(sb, image_labels, **kw)
+    monkeypatch.setattr(fb, "commit_image", counting_commit)
+    monkeypatch.setattr(snapshots, "take_snapshot", lambda sb: snapshots.Snapshot(counting_commit(
+        sb, labels.labels(labels.KIND_SNAPSHOT)), sb))
     task = load_task(task_path("make_greeting"))
     producer = make_producer(bank, task, sampler, tok,
                              script=lambda r, t: (FIX if r == 0 else GIVE_UP)[len(t.turns)], engine=engine)
     group = producer.produce(3, None, jax.random.key(0))
+    # the fresh failure was committed once, as the bank's image, and verified on it (issue 10
+    # 1.9); the G=2 recovery attempts were each verified on a snapshot of their own
+    assert sorted(commits) == [labels.KIND_BANK] + [labels.KIND_SNAPSHOT] * 2, commits
     # the collection round banked the scripted failure, stamped with the policy version
     assert len(bank) == 1 and producer.stats.failures_added == 1 and producer.stats.fresh_resolved == 0
     entry = bank.get(bank.entry_ids()[0])

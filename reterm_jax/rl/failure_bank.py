@@ -247,10 +247,37 @@ class FailureBank:
             _atomic_write_json(self.index_path, data)
 
     # ---- adding -------------------------------------------------------------------------------
+    def _commit(self, sandbox: DockerSandbox, task: Task) -> tuple[str, str]:
+        """`docker commit` of the sandbox's current filesystem as this bank's image for a new
+        entry id (bank labels: the reaper never removes it; a crash before the index names it
+        leaves an orphan that the next FailureBank on this directory removes). -> (entry id,
+        image id)."""
+        entry_id = _new_entry_id(time.time())
+        image_labels = labels.labels(labels.KIND_BANK, **{
+            labels.BANK: self.bank_id, labels.BANK_ENTRY: entry_id, labels.TASK: task.name})
+        image_id = commit_image(sandbox, image_labels, repository=f"{IMAGE_REPO}/{self.bank_id}",
+                                tag=entry_id, what="commit")
+        return entry_id, image_id
+
+    def snapshot(self, sandbox: DockerSandbox, task: Task):
+        """The sandbox's current state committed once, as a possible entry's image: verify on it
+        (`verify(sb, task, snapshot=s)`), then `add(..., snapshot=s)` keeps that very image for
+        the entry, or `s.release()` deletes it (the attempt passed). One commit per banked
+        failure instead of two (the verifier's and the bank's)."""
+        from reterm_jax.sandbox.snapshots import Snapshot
+        self._check_open()
+        entry_id, image_id = self._commit(sandbox, task)
+        snap = Snapshot(image_id, sandbox)
+        snap.bank_entry = (self.bank_id, entry_id)
+        return snap
+
     def add(self, sandbox: DockerSandbox, task: Task, trajectory, *, policy_version: int,
-            reward: float, end_reason: str, end_token: int | None = None) -> FailureEntry:
+            reward: float, end_reason: str, end_token: int | None = None,
+            snapshot=None) -> FailureEntry:
         """Commit the sandbox's CURRENT (unverified) filesystem to a bank-owned image and record
-        the trajectory (anything with .tokens and .messages); then prune.
+        the trajectory (anything with .tokens and .messages); then prune. With `snapshot` (from
+        `self.snapshot`, of this sandbox's current state) its image becomes the entry's, and
+        nothing is committed.
 
         Tokens are kept exactly as given; with `end_token` (the <|im_end|> id) they are cut
         after its last occurrence, dropping a trailing generation prompt or a turn cut off by
@@ -259,13 +286,16 @@ class FailureBank:
         tokens = [int(t) for t in trajectory.tokens]
         if end_token is not None and end_token in tokens:
             tokens = tokens[:len(tokens) - tokens[::-1].index(end_token)]
+        if snapshot is not None:
+            bank_id, entry_id = getattr(snapshot, "bank_entry", (None, None))
+            if bank_id != self.bank_id:
+                raise ValueError(f"add(snapshot=...) takes a snapshot from this bank's snapshot(), "
+                                 f"got {snapshot!r}")
+            image_id = snapshot.image_id
+        else:
+            entry_id, image_id = self._commit(sandbox, task)
         created = time.time()
-        entry_id = _new_entry_id(created)
         repo = f"{IMAGE_REPO}/{self.bank_id}"
-        image_labels = labels.labels(labels.KIND_BANK, **{
-            labels.BANK: self.bank_id, labels.BANK_ENTRY: entry_id, labels.TASK: task.name})
-        image_id = commit_image(sandbox, image_labels, repository=repo, tag=entry_id,
-                                what="commit")
         try:  # from here on, a failure must not leave the committed image behind
             entry = FailureEntry(
                 entry_id=entry_id, task_dir=str(Path(task.path).resolve()), task_name=task.name,
@@ -281,11 +311,16 @@ class FailureBank:
                 self._check_open()
                 self._index[entry_id] = meta
                 self._write_index()
+            if snapshot is not None:
+                snapshot.keep()  # the bank owns the image now
         except BaseException:
             with self._lock:
                 self._index.pop(entry_id, None)
             self._payload_path(entry_id).unlink(missing_ok=True)
-            self._remove_image(image_id)
+            if snapshot is not None:
+                snapshot.release()  # deleted once the clones that use it are gone
+            else:
+                self._remove_image(image_id)
             raise
         self._prune(protect={entry_id})
         return entry

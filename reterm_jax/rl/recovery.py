@@ -16,6 +16,7 @@ Where the bank's failures come from (`RecoveryConfig.failures_from`):
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -127,7 +128,9 @@ class RecoveryProducer:
         from other task dirs are loaded from entry.task_dir). pool: a SandboxPool for tool calls
         and verification (default: a thread per row). script / collect_script: teacher-forced
         assistant text for the recovery / fresh attempts (run_episodes' `script`; tests and
-        baselines). verify_fn(sandbox, task) -> VerifyResult (default reterm_jax.sandbox.verify)."""
+        baselines). verify_fn(sandbox, task) -> VerifyResult (default reterm_jax.sandbox.verify);
+        one that also takes `snapshot=` (verify does) checks a fresh attempt on the image the
+        bank then keeps when it failed (FailureBank.snapshot): one commit per banked failure."""
         if not tasks:
             raise ValueError("RecoveryProducer needs at least one task")
         self.bank, self.tasks, self.sampler, self.tokenizer, self.cfg = bank, list(tasks), sampler, tokenizer, cfg
@@ -135,6 +138,7 @@ class RecoveryProducer:
         if verify_fn is None:
             from reterm_jax.sandbox import verify as verify_fn
         self.verify_fn = verify_fn
+        self._verify_on_bank_image = "snapshot" in inspect.signature(verify_fn).parameters
         self.im_end = special_ids(tokenizer).im_end
         self.retry_tokens = _tokenize(tokenizer, harness.retry_turn_text())
         self.stats = ProducerStats()
@@ -147,6 +151,18 @@ class RecoveryProducer:
     # ---- helpers ----------------------------------------------------------------------------------
     def _map(self, fn, items) -> list:
         return self.pool.map(fn, items) if self.pool is not None else _thread_map(fn, items)
+
+    def _verify_for_bank(self, sandbox, task):
+        """(VerifyResult, the bank snapshot it ran on or None): the state is committed once, as
+        the bank's image; the caller adds it with `bank.add(..., snapshot=)` or releases it."""
+        if not self._verify_on_bank_image:
+            return self.verify_fn(sandbox, task), None
+        snap = self.bank.snapshot(sandbox, task)  # raises SandboxError: no reward was measured
+        try:
+            return self.verify_fn(sandbox, task, snapshot=snap), snap
+        except BaseException:
+            snap.release()
+            raise
 
     def _task_for(self, entry):
         key = str(Path(entry.task_dir).resolve())
@@ -209,26 +225,30 @@ class RecoveryProducer:
                 if tr.end_reason == harness.SANDBOX_ERROR:
                     log.warning("collect: sandbox %s (task %s) failed during the attempt: %s", sandboxes[r].name,
                                 tasks[r].name, tr.error)
-            verified = self._map(lambda r: self.verify_fn(sandboxes[r], tasks[r]), rows)
+            verified = self._map(lambda r: self._verify_for_bank(sandboxes[r], tasks[r]), rows)
             for r, outcome in zip(rows, verified):
-                result = outcome.value if outcome.ok else None
-                if result is None or getattr(result, "infrastructure", result.error is not None):
-                    # no reward was measured: not a failure state to learn from
-                    log.warning("collect: sandbox %s (task %s): could not verify: %s", sandboxes[r].name,
-                                tasks[r].name, outcome.error if result is None else result.error)
-                    self.stats.verify_errors += 1
-                    errors += 1
-                    continue
-                if result.reward >= self.cfg.threshold:
-                    self.stats.fresh_resolved += 1
-                    continue
+                result, snap = outcome.value if outcome.ok else (None, None)
                 try:
-                    self.bank.add(sandboxes[r], tasks[r], trajs[r], policy_version=version, reward=result.reward,
-                                  end_reason=trajs[r].end_reason, end_token=self.im_end)
-                    added += 1
-                except Exception as e:  # noqa: BLE001 - e.g. the sandbox died before the commit
-                    log.warning("collect: could not bank the failure of %s: %s", tasks[r].name, e)
-                    errors += 1
+                    if result is None or getattr(result, "infrastructure", result.error is not None):
+                        # no reward was measured: not a failure state to learn from
+                        log.warning("collect: sandbox %s (task %s): could not verify: %s", sandboxes[r].name,
+                                    tasks[r].name, outcome.error if result is None else result.error)
+                        self.stats.verify_errors += 1
+                        errors += 1
+                        continue
+                    if result.reward >= self.cfg.threshold:
+                        self.stats.fresh_resolved += 1
+                        continue
+                    try:
+                        self.bank.add(sandboxes[r], tasks[r], trajs[r], policy_version=version, reward=result.reward,
+                                      end_reason=trajs[r].end_reason, end_token=self.im_end, snapshot=snap)
+                        added += 1
+                    except Exception as e:  # noqa: BLE001 - e.g. the sandbox died before the commit
+                        log.warning("collect: could not bank the failure of %s: %s", tasks[r].name, e)
+                        errors += 1
+                finally:
+                    if snap is not None:
+                        snap.release()  # deletes the image unless the bank kept it
             self._pending_errors += errors
             self.stats.sandbox_errors += errors
             self.stats.failures_added += added
@@ -256,17 +276,21 @@ class RecoveryProducer:
                 res = run_commands(task, sb, None, list(task.fault_commands), opening=FAULT_OPENING)
                 if res.error:
                     raise RuntimeError(f"the sandbox failed during the fault commands: {res.error}")
-                v = self.verify_fn(sb, task)
-                if v.error or v.reward >= self.cfg.threshold:
-                    log.warning("seed: %s's fault attempt %s; not banked", task.name,
-                                f"errored ({v.error})" if v.error else "passed the verifier")
-                    return 0
-                traj = Trajectory(task_id=task.name, episode_id=_new_id(task.name), messages=res.messages,
-                                  end_reason=SCRIPTED_FAULT)
-                traj.add_context(rendered_failure_tokens(self.tokenizer, res.messages))
-                self.bank.add(sb, task, traj, policy_version=-1, reward=v.reward, end_reason=SCRIPTED_FAULT,
-                              end_token=self.im_end)
-                return 1
+                v, snap = self._verify_for_bank(sb, task)
+                try:
+                    if v.error or v.reward >= self.cfg.threshold:
+                        log.warning("seed: %s's fault attempt %s; not banked", task.name,
+                                    f"errored ({v.error})" if v.error else "passed the verifier")
+                        return 0
+                    traj = Trajectory(task_id=task.name, episode_id=_new_id(task.name), messages=res.messages,
+                                      end_reason=SCRIPTED_FAULT)
+                    traj.add_context(rendered_failure_tokens(self.tokenizer, res.messages))
+                    self.bank.add(sb, task, traj, policy_version=-1, reward=v.reward, end_reason=SCRIPTED_FAULT,
+                                  end_token=self.im_end, snapshot=snap)
+                    return 1
+                finally:
+                    if snap is not None:
+                        snap.release()
         added = 0
         for task, outcome in zip(todo, self._map(one, todo)):
             if outcome.ok:

@@ -93,6 +93,18 @@ class Snapshot:
         self._released = True
         self._maybe_delete()
 
+    def keep(self) -> str:
+        """Hand the image to a new owner (a failure bank keeps it as an entry's image): it leaves
+        this registry, and neither release(), its branches closing nor the exit handler deletes
+        it. Returns the image id."""
+        with _registry_lock:
+            if self._deleted:
+                raise SandboxError(f"snapshot {self.image_id[7:19]} was deleted or handed over already")
+            self._released = self._deleted = True  # not ours to branch from or delete any more
+            if self in _alive:
+                _alive.remove(self)
+        return self.image_id
+
     def _maybe_delete(self) -> None:
         with _registry_lock:
             if not self._released or self._users or self._deleted:

@@ -95,16 +95,20 @@ def _failed(start: float, error: str, r: ExecResult | None = None) -> VerifyResu
 
 
 def verify(sandbox: DockerSandbox, task: Task | None = None, *,
-           timeout_s: float | None = None) -> VerifyResult:
+           timeout_s: float | None = None, snapshot=None) -> VerifyResult:
     """Run the task's tests on a clone of `sandbox`'s current state. Never raises for
-    sandbox/Docker failures: they become reward 0 with `error` set."""
+    sandbox/Docker failures: they become reward 0 with `error` set.
+
+    `snapshot`: that state already committed (e.g. `FailureBank.snapshot`, so the failure bank
+    keeps the very image verified instead of committing the state a second time); the clone
+    starts from it and the caller keeps ownership (nothing here releases it)."""
     task = task or sandbox.task
     if task is None:
         raise ValueError("verify() needs the Task (the sandbox was not started from one)")
     timeout_s = timeout_s or task.verifier_timeout_s
     start = time.monotonic()
     try:
-        snap = sandbox.snapshot()
+        snap = snapshot or sandbox.snapshot()
     except SandboxError as e:
         return _failed(start, f"could not snapshot the state to verify: {e}")
     try:
@@ -120,7 +124,8 @@ def verify(sandbox: DockerSandbox, task: Task | None = None, *,
     except SandboxError as e:
         return _failed(start, f"verifier sandbox failed: {e}")
     finally:
-        snap.release()
+        if snapshot is None:
+            snap.release()
     rewards, error = parse_reward_files(listing.output if listing.ok else "")
     if r.timed_out:
         error = f"verifier timed out after {timeout_s:g} s" + (f" ({error})" if error else "")
