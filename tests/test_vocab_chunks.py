@@ -90,3 +90,22 @@ def test_model_token_logprobs_equal_its_logits(tied):
     (logp, ent), (ref_logp, ref_ent_sum) = ours(model), full(model)
     np.testing.assert_allclose(logp, ref_logp, rtol=0, atol=1e-6)
     np.testing.assert_allclose(float(jnp.sum(ent * mask)), float(ref_ent_sum), rtol=1e-6)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_logits_over_position_chunks_equal_one_product(tied):
+    """model.logits runs rows longer than logits_chunk chunk by chunk (a fusion boundary for
+    XLA:CPU): the same logits as one [T, H] x [H, V] product, for a length that is not a multiple
+    of the chunk, and with a gradient."""
+    cfg = Qwen3_5Config.tiny(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                             layer_types=("linear_attention", "full_attention"), tie_word_embeddings=tied)
+    model = Qwen3_5ForCausalLM(cfg, logits_chunk=8, rngs=nnx.Rngs(0))
+    hidden = jnp.asarray(np.random.default_rng(2).normal(size=(2, 21, 32)), jnp.float32)
+    weight, vocab_first = model.head()
+    full = jnp.einsum("bth,vh->btv" if vocab_first else "bth,hv->btv", hidden, weight)
+    chunked = nnx.jit(lambda m, h: m.logits(h))(model, hidden)
+    assert chunked.shape == (2, 21, 97)
+    np.testing.assert_allclose(chunked, full, rtol=0, atol=1e-6)
+    g = jax.grad(lambda h: jnp.sum(jnp.sin(model.logits(h))))(hidden)
+    g_ref = jax.grad(lambda h: jnp.sum(jnp.sin(jnp.einsum("bth,vh->btv" if vocab_first else "bth,hv->btv", h, weight))))(hidden)
+    np.testing.assert_allclose(g, g_ref, rtol=1e-6, atol=1e-6)

@@ -209,13 +209,26 @@ class Qwen3_5ForCausalLM(nnx.Module):
                                  param_dtype=param_dtype, rngs=rngs)
 
     def logits(self, hidden: jax.Array) -> jax.Array:
-        """fp32 logits from final hidden states (accumulated in fp32, not rounded to bf16 first)."""
+        """fp32 logits from final hidden states (accumulated in fp32, not rounded to bf16 first).
+
+        Rows longer than `logits_chunk` positions run the head one chunk at a time (a lax.map:
+        the same products, row by row). Why: XLA:CPU's YNNPACK fusion otherwise merges the head's
+        [T, H] x [H, V] dot with the last layer's MLP and projections into one fused call that
+        costs ~6x the whole rest of the forward at T = 8192 (measured: 27.7 s vs 4.2 s for
+        bench/model_forward.py's model; docs/performance.md); a loop body is a fusion boundary."""
         f = stat_dtype(hidden.dtype)
-        if self.lm_head is None:
-            table = self.model.embed_tokens.embedding[...].astype(hidden.dtype)
-            return jnp.einsum("bth,vh->btv", hidden, table, preferred_element_type=f)
-        kernel = self.lm_head.kernel[...].astype(hidden.dtype)
-        return jnp.einsum("bth,hv->btv", hidden, kernel, preferred_element_type=f)
+        weight, vocab_first = self.head()
+        weight = weight.astype(hidden.dtype)
+        spec = "bth,vh->btv" if vocab_first else "bth,hv->btv"
+        head = lambda h: jnp.einsum(spec, h, weight, preferred_element_type=f)
+        b, t, d = hidden.shape
+        chunk = self.logits_chunk
+        if chunk <= 0 or t <= chunk:
+            return head(hidden)
+        n = -(-t // chunk)
+        padded = jnp.pad(hidden, ((0, 0), (0, n * chunk - t), (0, 0)))
+        pieces = jax.lax.map(head, jnp.moveaxis(padded.reshape(b, n, chunk, d), 1, 0))
+        return jnp.moveaxis(pieces, 0, 1).reshape(b, n * chunk, -1)[:, :t]
 
     def head(self) -> tuple[jax.Array, bool]:
         """(LM head weight, vocab_first): the tied embedding [V, H] or lm_head.kernel [H, V]."""
