@@ -77,9 +77,9 @@ def test_flash_equals_reference_at_4096():
         np.testing.assert_allclose(a, b, rtol=TOL, atol=TOL)
 
 
-def test_model_with_flash_equals_model_with_reference_attention():
-    """The whole decoder, packed rows of several segments over several 256-token tiles: logits
-    and the gradient of the token loss agree whichever attention the model is set to."""
+def assert_model_matches_reference_attention(impl: str, t: int, pad: int) -> None:
+    """The whole decoder on packed rows of 5 segments (row 1 ends in `pad` padding tokens):
+    logits and the token loss's gradient agree with attention_impl=`impl` and =reference."""
     from flax import nnx
 
     from reterm_jax.model.attention import set_attention_impl
@@ -89,25 +89,29 @@ def test_model_with_flash_equals_model_with_reference_attention():
     cfg = Qwen3_5Config.tiny(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                              layer_types=("linear_attention", "full_attention"))
     rng = np.random.default_rng(3)
-    t = 600
     ids = jnp.asarray(rng.integers(0, 64, (2, t)), jnp.int32)
     seg = np.repeat(np.arange(1, 6), t // 5)[None].repeat(2, 0).astype(np.int32)
-    seg[1, -50:] = 0
+    seg[1, -pad:] = 0
     pos = np.concatenate([np.arange(n) for n in np.bincount(seg[0])[1:]])[None].repeat(2, 0)
     seg, pos = jnp.asarray(seg), jnp.asarray(pos, jnp.int32)
     targets = jnp.roll(ids, -1, axis=1)
     results = {}
-    for impl in ("reference", "flash"):
+    for name in ("reference", impl):
         model = Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(0))
-        set_attention_impl(model, impl)
+        set_attention_impl(model, name)
         graphdef, params = nnx.split(model, nnx.Param)
 
         def loss(p):
             logp, _ = nnx.merge(graphdef, p).token_logprobs(ids, targets, positions=pos, segment_ids=seg)
             return -jnp.sum(jnp.where(seg != 0, logp, 0.0))
         logits = jax.jit(lambda p: nnx.merge(graphdef, p)(ids, positions=pos, segment_ids=seg))(params)
-        results[impl] = (logits, jax.jit(jax.grad(loss))(params))
-    (l1, g1), (l2, g2) = results["reference"], results["flash"]
+        results[name] = (logits, jax.jit(jax.grad(loss))(params))
+    (l1, g1), (l2, g2) = results["reference"], results[impl]
     np.testing.assert_allclose(l1, l2, rtol=0, atol=1e-5)
     for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_model_with_flash_equals_model_with_reference_attention():
+    """Packed rows of several segments over several 256-token tiles."""
+    assert_model_matches_reference_attention("flash", 600, 50)

@@ -14,7 +14,7 @@ import pytest
 
 from reterm_jax.model.attention import causal_block_attention, resolve_attention_impl
 from reterm_jax.model.splash_attention import splash_attention
-from test_flash_attention import make_case
+from test_flash_attention import assert_model_matches_reference_attention, make_case
 
 TOL = 1e-5
 CASES = [(1, "causal", 2), (129, "packed", 4), (300, "left_pad", 1), (600, "packed", 2), (200, "causal", 8)]
@@ -43,37 +43,7 @@ def test_splash_equals_reference_values_and_gradients(t, layout, ratio):
 
 def test_model_with_splash_equals_model_with_reference_attention():
     """The decoder with packed rows and padding: logits and the token loss's gradient agree."""
-    from flax import nnx
-
-    from reterm_jax.model.attention import set_attention_impl
-    from reterm_jax.model.config import Qwen3_5Config
-    from reterm_jax.model.decoder import Qwen3_5ForCausalLM
-
-    cfg = Qwen3_5Config.tiny(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                             layer_types=("linear_attention", "full_attention"))
-    rng = np.random.default_rng(3)
-    t = 250
-    ids = jnp.asarray(rng.integers(0, 64, (2, t)), jnp.int32)
-    seg = np.repeat(np.arange(1, 6), t // 5)[None].repeat(2, 0).astype(np.int32)
-    seg[1, -30:] = 0
-    pos = np.concatenate([np.arange(n) for n in np.bincount(seg[0])[1:]])[None].repeat(2, 0)
-    seg, pos = jnp.asarray(seg), jnp.asarray(pos, jnp.int32)
-    targets = jnp.roll(ids, -1, axis=1)
-    results = {}
-    for impl in ("reference", "splash"):
-        model = Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(0))
-        set_attention_impl(model, impl)
-        graphdef, params = nnx.split(model, nnx.Param)
-
-        def loss(p):
-            logp, _ = nnx.merge(graphdef, p).token_logprobs(ids, targets, positions=pos, segment_ids=seg)
-            return -jnp.sum(jnp.where(seg != 0, logp, 0.0))
-        logits = jax.jit(lambda p: nnx.merge(graphdef, p)(ids, positions=pos, segment_ids=seg))(params)
-        results[impl] = (logits, jax.jit(jax.grad(loss))(params))
-    (l1, g1), (l2, g2) = results["reference"], results["splash"]
-    np.testing.assert_allclose(l1, l2, rtol=0, atol=1e-5)
-    for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    assert_model_matches_reference_attention("splash", 250, 30)
 
 
 def test_auto_picks_splash_only_on_tpu_with_lane_sized_heads():
@@ -92,7 +62,7 @@ SHARDED = textwrap.dedent("""
     from reterm_jax.model.splash_attention import splash_attention
     from reterm_jax.model.attention import causal_block_attention
     from reterm_jax.parallel.mesh import make_mesh
-    from test_flash_attention import make_case
+    from test_flash_attention import assert_model_matches_reference_attention, make_case
     assert jax.device_count() == 4, jax.devices()
     q, k, v, seg = make_case(200, 4, 2, "packed", b=2, seed=1)
     mesh = make_mesh(fsdp=2, tensor=2)
