@@ -10,13 +10,22 @@ Memory: the forward keeps only the output and one log-sum-exp per query row; sco
 recomputes each tile's probabilities from the saved log-sum-exp (FlashAttention-2's recurrence):
     D_i = rowsum(dO_i * O_i),  P_ij = exp(S_ij - lse_i),  dV_j += P_ijᵀ dO_i,
     dS_ij = P_ij * (dO_i V_jᵀ - D_i),  dQ_i += dS_ij K_j * scale,  dK_j += dS_ijᵀ Q_i * scale.
-Tiles that are fully masked are skipped, causally by construction (a query block only visits key
-blocks up to its own) and by segment at run time (`lax.cond` on the tile's visibility), so packed
-rows of many short segments cost little more than their own segments. Runs on CPU, GPU and TPU.
+
+Tiles come in three kinds, decided at run time from the tile's segment ids (`_tile_kind`):
+skipped (nothing visible: causally by construction, since a query block only visits key blocks up
+to its own, or by segment), full (every key visible to every query: the tile is below the diagonal
+and both blocks are one real segment; no mask is built), and masked (the diagonal, segment borders,
+padding). Packed rows of many short segments cost little more than their own segments, and the
+interior of a long segment pays no mask.
+
+Layout: inside the kernel a query block is [B, Nkv, G * block_q, D] (the G query heads that share
+a kv head stacked as rows) and K/V are [B, Nkv, T, D], so each tile is one batched matmul without
+transposes. Runs on CPU, GPU and TPU.
 """
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -24,21 +33,12 @@ from jax import lax
 
 from reterm_jax.model.norms import stat_dtype
 
-BLOCK_Q = 256  # CPU, one layer fwd+bwd: 0.79x the reference at 2k, 1.23x at 8k (docs/performance.md)
-BLOCK_K = 256
+# CPU, one layer's forward at T = 8192 (8 q / 2 kv heads of 64, fp32): 512 x 512 tiles 0.60 s,
+# 256 x 256 0.89 s, 1024 x 1024 0.71 s (bench/attention_memory.py, docs/performance.md)
+BLOCK_Q = 512
+BLOCK_K = 512
 _NEG = -1e30  # finite "minus infinity" for running maxima: exp(_NEG - m) underflows to 0, never NaN
-
-
-def _visible(q_seg, q_pos, k_seg, k_pos):
-    """bool [B, bq, bk] for one tile: causal by index, same segment, key not padding."""
-    causal = k_pos[None, None, :] <= q_pos[None, :, None]
-    same = q_seg[:, :, None] == k_seg[:, None, :]
-    return causal & same & (k_seg != 0)[:, None, :]
-
-
-def _tile_scores(q, k, scale, f):
-    """q [B, bq, Nkv, G, D], k [B, bk, Nkv, D] -> fp32 scores [B, Nkv, G, bq, bk]."""
-    return jnp.einsum("bqkgd,bskd->bkgqs", q, k, preferred_element_type=f) * scale
+_SKIP, _MASKED, _FULL = 0, 1, 2
 
 
 def _pad_to(x, axis, multiple):
@@ -50,126 +50,181 @@ def _pad_to(x, axis, multiple):
     return jnp.pad(x, widths)
 
 
-def _tile_maybe_visible(q_seg, k_seg):
-    """Whether any row could see anything in the tile (segment ranges overlap, a real key):
-    a cheap test on [B, bq] and [B, bk] segment ids before the tile is computed."""
-    real = k_seg != 0
-    lo = jnp.min(jnp.where(real, k_seg, jnp.iinfo(k_seg.dtype).max), axis=1)
-    hi = jnp.max(jnp.where(real, k_seg, 0), axis=1)
-    q_lo, q_hi = jnp.min(q_seg, axis=1), jnp.max(q_seg, axis=1)
-    return jnp.any((lo <= q_hi) & (q_lo <= hi) & jnp.any(real, axis=1))
+def _to_blocks(x, block):
+    """[B, T, Nkv, G, D] -> [T / block, B, Nkv, G * block, D] (rows ordered g-major)."""
+    b, t, nkv, g, d = x.shape
+    return x.reshape(b, t // block, block, nkv, g, d).transpose(1, 0, 3, 4, 2, 5).reshape(
+        t // block, b, nkv, g * block, d)
+
+
+def _from_blocks(x, g):
+    """Inverse of `_to_blocks`."""
+    n, b, nkv, rows, d = x.shape
+    block = rows // g
+    return x.reshape(n, b, nkv, g, block, d).transpose(1, 0, 4, 2, 3, 5).reshape(b, n * block, nkv, g, d)
+
+
+def _tile_kind(seg_i, seg_j, q_first, k_last):
+    """_SKIP / _MASKED / _FULL for the tile of query block seg_i [B, bq] (first position q_first)
+    and key block seg_j [B, bk] (last position k_last), from segment ranges alone."""
+    real = seg_j != 0
+    lo = jnp.min(jnp.where(real, seg_j, jnp.iinfo(seg_j.dtype).max), axis=1)
+    hi = jnp.max(seg_j, axis=1)
+    q_lo, q_hi = jnp.min(seg_i, axis=1), jnp.max(seg_i, axis=1)
+    maybe = jnp.any((lo <= q_hi) & (q_lo <= hi) & jnp.any(real, axis=1))
+    one_segment = (q_lo == q_hi) & (lo == hi) & (q_lo == lo) & jnp.all(real, axis=1)
+    full = jnp.all(one_segment) & (k_last <= q_first)
+    return jnp.where(maybe, jnp.where(full, _FULL, _MASKED), _SKIP)
+
+
+def _visible(seg_i, pos_i, seg_j, pos_j, g):
+    """bool [B, 1, G * bq, bk]: causal by index, same segment, key not padding."""
+    vis = (pos_j[None, None, :] <= pos_i[None, :, None]) & (seg_i[:, :, None] == seg_j[:, None, :])
+    vis = vis & (seg_j != 0)[:, None, :]
+    return jnp.tile(vis[:, None], (1, 1, g, 1))
+
+
+def _scores(q_i, k_j, tile_scale, f):
+    """[B, Nkv, M, D] x [B, Nkv, bk, D] -> fp32 [B, Nkv, M, bk]."""
+    s = jnp.einsum("bkmd,bksd->bkms", q_i, k_j, preferred_element_type=f)
+    return s if tile_scale == 1.0 else s * tile_scale
+
+
+def _split_scale(scale, dtype):
+    """(factor folded into q once, factor applied to each tile's scores). Folding is exact for a
+    power of two and harmless in fp32/fp64; in bf16/fp16 another scale is applied per tile so q is
+    not rounded twice."""
+    exact = math.log2(scale).is_integer() or jnp.dtype(dtype).itemsize >= 4
+    return (scale, 1.0) if exact else (1.0, scale)
 
 
 def _forward(q, k, v, segment_ids, scale, block_q, block_k):
-    """(out [B, T, Nkv, G, D], lse [B, Nkv, G, T] fp32) on inputs already padded to the blocks."""
+    """q [B, T, Nkv, G, D] -> (out in blocks [n_q, B, Nkv, G * bq, D], lse [n_q, B, Nkv, G * bq]
+    fp32, q in blocks as the backward reads it) on inputs already padded to the blocks."""
     b, t, nkv, g, d = q.shape
     f = stat_dtype(q.dtype)
-    n_q = t // block_q
+    pre, tile_scale = _split_scale(scale, q.dtype)
+    qb = _to_blocks(q if pre == 1.0 else (q * pre).astype(q.dtype), block_q)
+    kh, vh = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)            # [B, Nkv, T, D]
     positions = jnp.arange(t)
+    rows = g * block_q
 
-    def query_block(i):
-        q_i = lax.dynamic_slice_in_dim(q, i * block_q, block_q, axis=1)
+    def query_block(args):
+        i, q_i = args
         seg_i = lax.dynamic_slice_in_dim(segment_ids, i * block_q, block_q, axis=1)
         pos_i = lax.dynamic_slice_in_dim(positions, i * block_q, block_q)
 
         def key_block(j, carry):
             seg_j = lax.dynamic_slice_in_dim(segment_ids, j * block_k, block_k, axis=1)
+            k_j = lax.dynamic_slice_in_dim(kh, j * block_k, block_k, axis=2)
+            v_j = lax.dynamic_slice_in_dim(vh, j * block_k, block_k, axis=2)
 
-            def compute(carry):
+            def update(carry, vis):
                 m, l, acc = carry
-                k_j = lax.dynamic_slice_in_dim(k, j * block_k, block_k, axis=1)
-                v_j = lax.dynamic_slice_in_dim(v, j * block_k, block_k, axis=1)
-                pos_j = lax.dynamic_slice_in_dim(positions, j * block_k, block_k)
-                vis = _visible(seg_i, pos_i, seg_j, pos_j)[:, None, None]      # [B, 1, 1, bq, bk]
-                s = jnp.where(vis, _tile_scores(q_i, k_j, scale, f), _NEG)
+                s = _scores(q_i, k_j, tile_scale, f)
+                if vis is not None:
+                    s = jnp.where(vis, s, _NEG)
                 m_new = jnp.maximum(m, jnp.max(s, axis=-1))
-                p = jnp.where(vis, jnp.exp(s - m_new[..., None]), 0.0)
+                p = jnp.exp(s - m_new[..., None])
+                if vis is not None:
+                    p = jnp.where(vis, p, 0.0)
                 alpha = jnp.exp(m - m_new)
-                l_new = alpha * l + jnp.sum(p, axis=-1)
-                pv = jnp.einsum("bkgqs,bskd->bkgqd", p.astype(v.dtype), v_j, preferred_element_type=f)
-                return m_new, l_new, alpha[..., None] * acc + pv
-            return lax.cond(_tile_maybe_visible(seg_i, seg_j), compute, lambda c: c, carry)
+                pv = jnp.einsum("bkms,bksd->bkmd", p.astype(v.dtype), v_j, preferred_element_type=f)
+                return m_new, alpha * l + jnp.sum(p, axis=-1), alpha[..., None] * acc + pv
 
-        m0 = jnp.full((b, nkv, g, block_q), _NEG, f)
-        l0 = jnp.zeros((b, nkv, g, block_q), f)
-        acc0 = jnp.zeros((b, nkv, g, block_q, d), f)
+            def masked(carry):
+                pos_j = lax.dynamic_slice_in_dim(positions, j * block_k, block_k)
+                return update(carry, _visible(seg_i, pos_i, seg_j, pos_j, g))
+
+            kind = _tile_kind(seg_i, seg_j, i * block_q, (j + 1) * block_k - 1)
+            return lax.switch(kind, [lambda c: c, masked, lambda c: update(c, None)], carry)
+
+        m0 = jnp.full((b, nkv, rows), _NEG, f)
+        l0 = jnp.zeros((b, nkv, rows), f)
+        acc0 = jnp.zeros((b, nkv, rows, d), f)
         last = ((i + 1) * block_q - 1) // block_k  # causal: keys past the block's last query never count
         m, l, acc = lax.fori_loop(0, last + 1, key_block, (m0, l0, acc0))
         seen = l > 0
         out = jnp.where(seen[..., None], acc / jnp.where(seen, l, 1.0)[..., None], 0.0)
         lse = jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), 0.0)
-        return jnp.moveaxis(out, 3, 1).astype(q.dtype), lse           # [B, bq, Nkv, G, D], [B, Nkv, G, bq]
+        return out.astype(q.dtype), lse
 
-    out, lse = lax.map(query_block, jnp.arange(n_q))                   # [n_q, B, bq, ...], [n_q, B, Nkv, G, bq]
-    out = jnp.moveaxis(out, 0, 1).reshape(b, t, nkv, g, d)
-    lse = jnp.moveaxis(lse, 0, 3).reshape(b, nkv, g, t)
-    return out, lse
+    out, lse = lax.map(query_block, (jnp.arange(t // block_q), qb))
+    return out, lse, qb
 
 
-def _backward(q, k, v, segment_ids, out, lse, dout, scale, block_q, block_k):
-    b, t, nkv, g, d = q.shape
-    f = stat_dtype(q.dtype)
-    n_q, n_k = t // block_q, t // block_k
+def _backward(qb, k, v, segment_ids, out, lse, dout, scale, block_q, block_k):
+    """Gradients from the blocked residuals; dout in blocks like out. Returns dq in blocks (of the
+    unscaled q), dk and dv as [B, T, Nkv, D]."""
+    n_q, b, nkv, rows, d = qb.shape
+    t = k.shape[1]
+    g = rows // block_q
+    f = stat_dtype(qb.dtype)
+    pre, tile_scale = _split_scale(scale, qb.dtype)
+    kh, vh = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
     positions = jnp.arange(t)
-    # D_i = rowsum(dO * O), [B, Nkv, G, T]
-    delta = jnp.einsum("bqkgd,bqkgd->bkgq", dout.astype(f), out.astype(f))
+    delta = jnp.einsum("nbkmd,nbkmd->nbkm", dout.astype(f), out.astype(f))   # D_i = rowsum(dO * O)
 
-    def key_block(j, dq):
-        k_j = lax.dynamic_slice_in_dim(k, j * block_k, block_k, axis=1)
-        v_j = lax.dynamic_slice_in_dim(v, j * block_k, block_k, axis=1)
+    def key_block(dq, j):
+        k_j = lax.dynamic_slice_in_dim(kh, j * block_k, block_k, axis=2)
+        v_j = lax.dynamic_slice_in_dim(vh, j * block_k, block_k, axis=2)
         seg_j = lax.dynamic_slice_in_dim(segment_ids, j * block_k, block_k, axis=1)
         pos_j = lax.dynamic_slice_in_dim(positions, j * block_k, block_k)
 
         def query_block(i, carry):
-            sl = lambda x, axis: lax.dynamic_slice_in_dim(x, i * block_q, block_q, axis=axis)
-            seg_i = sl(segment_ids, 1)
+            seg_i = lax.dynamic_slice_in_dim(segment_ids, i * block_q, block_q, axis=1)
 
-            def compute(carry):
+            def update(carry, vis):
                 dq, dk_j, dv_j = carry
-                q_i, do_i = sl(q, 1), sl(dout, 1)
-                lse_i, delta_i = sl(lse, 3), sl(delta, 3)
-                pos_i = lax.dynamic_slice_in_dim(positions, i * block_q, block_q)
-                vis = _visible(seg_i, pos_i, seg_j, pos_j)[:, None, None]
-                s = _tile_scores(q_i, k_j, scale, f)
-                p = jnp.where(vis, jnp.exp(s - lse_i[..., None]), 0.0)          # [B, Nkv, G, bq, bk]
-                dv_j = dv_j + jnp.einsum("bkgqs,bqkgd->bskd", p.astype(dout.dtype), do_i, preferred_element_type=f)
-                dp = jnp.einsum("bqkgd,bskd->bkgqs", do_i, v_j, preferred_element_type=f)
-                ds = p * (dp - delta_i[..., None]) * scale
-                dq_i = jnp.einsum("bkgqs,bskd->bqkgd", ds.astype(k.dtype), k_j, preferred_element_type=f)
-                dq = lax.dynamic_update_slice_in_dim(dq, sl(dq, 1) + dq_i, i * block_q, axis=1)
-                dk_j = dk_j + jnp.einsum("bkgqs,bqkgd->bskd", ds.astype(q.dtype), q_i, preferred_element_type=f)
+                q_i, do_i, lse_i, delta_i = (x[i] for x in (qb, dout, lse, delta))
+                p = jnp.exp(_scores(q_i, k_j, tile_scale, f) - lse_i[..., None])    # [B, Nkv, M, bk]
+                if vis is not None:
+                    p = jnp.where(vis, p, 0.0)
+                dv_j = dv_j + jnp.einsum("bkms,bkmd->bksd", p.astype(do_i.dtype), do_i, preferred_element_type=f)
+                dp = jnp.einsum("bkmd,bksd->bkms", do_i, v_j, preferred_element_type=f)
+                ds = p * (dp - delta_i[..., None])
+                if tile_scale != 1.0:
+                    ds = ds * tile_scale
+                dq_i = jnp.einsum("bkms,bksd->bkmd", ds.astype(k_j.dtype), k_j, preferred_element_type=f)
+                dq = dq.at[i].add(dq_i)
+                dk_j = dk_j + jnp.einsum("bkms,bkmd->bksd", ds.astype(q_i.dtype), q_i, preferred_element_type=f)
                 return dq, dk_j, dv_j
-            return lax.cond(_tile_maybe_visible(seg_i, seg_j), compute, lambda c: c, carry)
 
-        dk0 = jnp.zeros((b, block_k, nkv, d), f)
-        dv0 = jnp.zeros((b, block_k, nkv, d), f)
+            def masked(carry):
+                pos_i = lax.dynamic_slice_in_dim(positions, i * block_q, block_q)
+                return update(carry, _visible(seg_i, pos_i, seg_j, pos_j, g))
+
+            kind = _tile_kind(seg_i, seg_j, i * block_q, (j + 1) * block_k - 1)
+            return lax.switch(kind, [lambda c: c, masked, lambda c: update(c, None)], carry)
+
+        dk0 = jnp.zeros((b, nkv, block_k, d), f)
+        dv0 = jnp.zeros((b, nkv, block_k, d), f)
         first = (j * block_k) // block_q  # causal: queries before the block's first key never see it
         dq, dk_j, dv_j = lax.fori_loop(first, n_q, query_block, (dq, dk0, dv0))
         return dq, (dk_j, dv_j)
 
-    def scan_body(dq, j):
-        return key_block(j, dq)
-
-    dq, (dk, dv) = lax.scan(scan_body, jnp.zeros(q.shape, f), jnp.arange(n_k))
-    dk = jnp.moveaxis(dk, 0, 1).reshape(b, t, nkv, d)
-    dv = jnp.moveaxis(dv, 0, 1).reshape(b, t, nkv, d)
-    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype)
+    dq, (dk, dv) = lax.scan(key_block, jnp.zeros(qb.shape, f), jnp.arange(t // block_k))
+    if pre != 1.0:
+        dq = dq * pre
+    to_tokens = lambda x: jnp.moveaxis(x, 0, 2).reshape(b, nkv, t, d).transpose(0, 2, 1, 3)
+    return dq, to_tokens(dk).astype(k.dtype), to_tokens(dv).astype(v.dtype)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
 def _flash(q, k, v, segment_ids, scale, block_q, block_k):
-    return _forward(q, k, v, segment_ids, scale, block_q, block_k)[0]
+    return _from_blocks(_forward(q, k, v, segment_ids, scale, block_q, block_k)[0], q.shape[3])
 
 
 def _flash_fwd(q, k, v, segment_ids, scale, block_q, block_k):
-    out, lse = _forward(q, k, v, segment_ids, scale, block_q, block_k)
-    return out, (q, k, v, segment_ids, out, lse)
+    out, lse, qb = _forward(q, k, v, segment_ids, scale, block_q, block_k)
+    return _from_blocks(out, q.shape[3]), (qb, k, v, segment_ids, out, lse)
 
 
 def _flash_bwd(scale, block_q, block_k, res, dout):
-    q, k, v, segment_ids, out, lse = res
-    dq, dk, dv = _backward(q, k, v, segment_ids, out, lse, dout, scale, block_q, block_k)
-    return dq, dk, dv, None
+    qb, k, v, segment_ids, out, lse = res
+    g = dout.shape[3]
+    dq, dk, dv = _backward(qb, k, v, segment_ids, out, lse, _to_blocks(dout, block_q), scale, block_q, block_k)
+    return _from_blocks(dq, g).astype(qb.dtype), dk, dv, None
 
 
 _flash.defvjp(_flash_fwd, _flash_bwd)
