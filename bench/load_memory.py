@@ -119,7 +119,7 @@ def main():
         print(f"{r['mode']:<12}{r['baseline_mb']:>10.0f}{r['model_mb']:>9.0f}{r['peak_mb']:>9.0f}"
               f"{r['overhead_mb']:>10.0f}" + (f"   peak after save_pretrained: {r['peak_after_save_mb']:.0f}"
                                                if "peak_after_save_mb" in r else ""))
-    print(f"overhead / checkpoint size: " + ", ".join(
+    print("overhead / checkpoint size: " + ", ".join(
         f"{r['mode']} {r['overhead_mb'] * MB / size:.2f}x" for r in rows))
 
 
