@@ -115,3 +115,26 @@ def assert_model_matches_reference_attention(impl: str, t: int, pad: int) -> Non
 def test_model_with_flash_equals_model_with_reference_attention():
     """Packed rows of several segments over several 256-token tiles."""
     assert_model_matches_reference_attention("flash", 600, 50)
+
+
+def test_bf16_with_a_scale_that_is_not_a_power_of_two():
+    """bf16 inputs and head dim 32 (scale 1/sqrt(32)): the scale is applied to each tile's fp32
+    scores instead of being folded into q (which would round q twice). Values and gradients
+    against the reference in fp32 on the same bf16 inputs, to bf16 accuracy."""
+    q, k, v, seg = make_case(300, 4, 2, "packed", d=32, seed=3)
+    q, k, v = (x.astype(jnp.bfloat16) for x in (q, k, v))
+    scale = 32 ** -0.5
+    real = (seg != 0)[..., None, None]
+    w = jnp.asarray(np.random.default_rng(2).normal(size=q.shape), jnp.float32)
+    loss = lambda fn: (lambda q, k, v: jnp.sum(jnp.where(real, fn(q, k, v).astype(jnp.float32), 0.0) * w))
+    flash = lambda q, k, v: flash_attention(q, k, v, seg, scale, block_q=64, block_k=64)
+    ref = lambda q, k, v: causal_block_attention(*(x.astype(jnp.float32) for x in (q, k, v)), seg, scale)
+    out = jax.jit(flash)(q, k, v)
+    assert out.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(out, np.float32), jax.jit(ref)(q, k, v), rtol=0, atol=2e-2)
+    for a, b in zip(jax.jit(jax.grad(loss(flash), argnums=(0, 1, 2)))(q, k, v),
+                    jax.jit(jax.grad(loss(ref), argnums=(0, 1, 2)))(q, k, v)):
+        assert a.dtype == jnp.bfloat16
+        a = np.asarray(a, np.float32)
+        b = np.asarray(b, np.float32)
+        assert np.abs(a - b).max() <= 2e-2 * max(1.0, np.abs(b).max()), np.abs(a - b).max()
