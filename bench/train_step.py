@@ -6,7 +6,11 @@ cross-entropy on every position, global-norm clipping at 1.0 and AdamW. Ours is
 Qwen3_5ForCausalLM.train() + loss.backward() + clip_grad_norm_ + torch.optim.AdamW.step().
 Prints tokens/s of each and the ratio; asserts nothing.
 
-    python bench/train_step.py [--size tiny|medium] [--seq 2048] [--runs 3]
+    python bench/train_step.py [--size tiny|medium] [--seq 2048] [--runs 3] [--remat=full,attention --scan]
+
+`--remat` times one step of ours per listed `model.remat` (none | full | block | dots |
+attention), interleaved with each other and with torch; `--scan` runs our layers as the scanned
+decoder (`model.scan_layers`, as the 9B presets do).
 
 tiny = configs/sft.py's tiny preset (hidden 128, DeltaNet + attention); medium = hidden 512,
 8 layers (bench/model_forward.py's config).
@@ -36,7 +40,7 @@ from reterm_jax.model.config import Qwen3_5Config  # noqa: E402
 from reterm_jax.model.decoder import Qwen3_5ForCausalLM  # noqa: E402
 from reterm_jax.parallel.mesh import make_mesh  # noqa: E402
 from reterm_jax.train.optimizer import make_optimizer  # noqa: E402
-from reterm_jax.train.state import TrainState, create_train_state, train_state_shardings  # noqa: E402
+from reterm_jax.train.state import TrainState, create_train_state, remat_policy, train_state_shardings  # noqa: E402
 from reterm_jax.train.step import make_train_step, put_batch  # noqa: E402
 
 
@@ -52,7 +56,10 @@ def main():
     parser.add_argument("--size", choices=("tiny", "medium"), default="tiny")
     parser.add_argument("--seq", type=int, default=2048)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--remat", default="none", help="comma-separated model.remat values, one step each")
+    parser.add_argument("--scan", action="store_true", help="scanned decoder (model.scan_layers)")
     args = parser.parse_args()
+    remats = [r for r in args.remat.split(",") if r]
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, "
           f"torch threads {torch.get_num_threads()}, jax {jax.__version__} on {jax.devices()[0]}")
 
@@ -68,23 +75,27 @@ def main():
     optim.decay_steps, optim.warmup_steps = 1000, 0
     tx, schedule = make_optimizer(optim)
     mesh = make_mesh()
-    graphdef, params = nnx.split(model, nnx.Param)
-    params = nnx.to_pure_dict(params)
-    param_shardings = jax.tree.map(lambda _: jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()), params)
-    shardings: TrainState = train_state_shardings(tx, params, param_shardings, mesh)
-    state = create_train_state(params, tx, shardings, seed=0)
-    step = make_train_step(graphdef, tx, schedule, micro_batches=1, mesh=mesh, shardings=shardings)
+    model.model.scan_layers = args.scan
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, config.vocab_size, (1, args.seq + 1))
     batch = {"tokens": tokens[:, :-1].astype(np.int32), "targets": tokens[:, 1:].astype(np.int32),
              "segment_ids": np.ones((1, args.seq), np.int32),
              "positions": np.arange(args.seq, dtype=np.int32)[None], "target_mask": np.ones((1, args.seq), bool)}
     batch = put_batch(batch, mesh)
-    holder = {"state": state}
+    steps = {}
+    for remat in remats:
+        model.model.remat = remat_policy(remat)  # static: the graphdef carries it
+        graphdef, params = nnx.split(model, nnx.Param)
+        params = jax.tree.map(lambda x: x.copy(), nnx.to_pure_dict(params))  # each step donates its own
+        param_shardings = jax.tree.map(lambda _: jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()), params)
+        shardings: TrainState = train_state_shardings(tx, params, param_shardings, mesh)
+        holder = {"state": create_train_state(params, tx, shardings, seed=0),
+                  "step": make_train_step(graphdef, tx, schedule, micro_batches=1, mesh=mesh, shardings=shardings)}
 
-    def ours_step():
-        holder["state"], metrics = step(holder["state"], batch)
-        jax.block_until_ready(metrics)
+        def ours_step(holder=holder):
+            holder["state"], metrics = holder["step"](holder["state"], batch)
+            jax.block_until_ready(metrics)
+        steps[remat] = ours_step
 
     # ---- theirs: transformers + torch --------------------------------------------------------
     opt = torch.optim.AdamW(hf.parameters(), lr=optim.lr, betas=(optim.b1, optim.b2), eps=optim.eps,
@@ -99,10 +110,14 @@ def main():
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    t_ours, t_hf = timed_interleaved([ours_step, torch_step], args.runs)
-    print(f"ours (jax jit step):         {args.seq / t_ours:10.1f} tokens/s  ({t_ours * 1e3:.0f} ms)")
+    times = timed_interleaved(list(steps.values()) + [torch_step], args.runs)
+    t_hf = times[-1]
+    for remat, t_ours in zip(steps, times):
+        print(f"ours (jax jit step, remat={remat}{', scanned' if args.scan else ''}): "
+              f"{args.seq / t_ours:10.1f} tokens/s  ({t_ours * 1e3:.0f} ms)")
     print(f"transformers + torch step:   {args.seq / t_hf:10.1f} tokens/s  ({t_hf * 1e3:.0f} ms)")
-    print(f"ratio ours/transformers: {t_hf / t_ours:.2f}x")
+    for remat, t_ours in zip(steps, times):
+        print(f"ratio ours/transformers (remat={remat}): {t_hf / t_ours:.2f}x")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,9 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c.model.dtype = "float32"       # compute dtype of activations / matmuls
     c.model.param_dtype = "float32"  # master weights; optimizer moments follow (see optim.mu_dtype)
     c.model.remat = "none"          # none | full (recompute each layer) | block (scanned: keep one input per
-    #                                 block of layers, recompute it) | dots (save matmul outputs)
+    #                                 block of layers, recompute it) | dots (save matmul outputs) |
+    #                                 attention (full, but keep flash attention's output: no second
+    #                                 attention forward in the backward)
     c.model.scan_layers = False     # lax.scan over repeating blocks of layers (the 9B: 8 x [3 DeltaNet +
     #                                 1 attention]): bounded compile time; params keep per-layer names
     c.model.attention_impl = "auto"  # auto | flash (tiles, memory linear in T) | splash (the Pallas TPU

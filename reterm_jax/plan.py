@@ -261,6 +261,11 @@ def activation_bytes(config: Qwen3_5Config, rows: int, seq: int, c: int, tp: int
     working += 2 * rows * group * hv * 64 * 4 * f
     if remat == "full":
         saved = config.num_hidden_layers * layer_in
+    elif remat == "attention":  # full, plus flash's output and log-sum-exp per attention layer
+        saved = config.num_hidden_layers * layer_in
+        if attention_impl != "reference":
+            n_attn = sum(t == FULL_ATTENTION for t in config.layer_types)
+            saved += n_attn * tokens * (qd * c + nq * f)
     elif remat == "block":  # one input per block, plus one block's layer inputs while it is recomputed
         period = block_period(config.layer_types)
         saved = (config.num_hidden_layers // period + period) * layer_in

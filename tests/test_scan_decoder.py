@@ -7,12 +7,16 @@ with and without remat (per layer and per block), on packed rows with padding; t
 """
 from __future__ import annotations
 
+import contextlib
+import io
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 from flax import nnx
+from jax.ad_checkpoint import print_saved_residuals
 
 from reterm_jax.model.cache import init_cache
 from reterm_jax.model.config import Qwen3_5Config
@@ -142,3 +146,41 @@ def test_row_constraint_under_a_mesh_changes_nothing():
     with jax.set_mesh(make_mesh()):
         constrained = np.asarray(nnx.jit(lambda m, a, b, c: m(a, positions=b, segment_ids=c))(scan, ids, pos, seg))
     np.testing.assert_allclose(constrained, plain, rtol=0, atol=1e-6)
+
+
+def test_attention_remat_policy_keeps_flash_outputs_and_the_gradients():
+    """model.remat=attention: full remat, except that flash attention's output and log-sum-exp are
+    saved, so the backward does not run the attention forward again. Same logits and gradients as
+    no remat, looped and scanned; the named residuals are what is saved (and only with it)."""
+    from reterm_jax.train.state import remat_policy
+    plain, _ = _models(False)
+    loop, scan = _models(remat_policy("attention"))
+    batch = _packed_batch()
+    grad_fn = nnx.jit(nnx.value_and_grad(_loss, has_aux=True))
+    (_, logits_ref), g_ref = grad_fn(plain, *batch)
+    for model in (loop, scan):
+        (_, logits), g = grad_fn(model, *batch)
+        np.testing.assert_allclose(np.asarray(logits), np.asarray(logits_ref), rtol=0, atol=1e-5)
+        for (path, a), (_, b) in zip(nnx.to_flat_state(g_ref), nnx.to_flat_state(g)):
+            a, b = np.asarray(a[...]), np.asarray(b[...])
+            np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6 * max(1.0, np.abs(a).max()), err_msg=str(path))
+
+    def saved(model):
+        graphdef, params = nnx.split(model)
+        fn = lambda p: _loss(nnx.merge(graphdef, p), *batch)[0]
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            print_saved_residuals(fn, params)
+        return out.getvalue()
+    text = saved(loop)  # its 2 attention layers
+    assert text.count("named 'attention_out'") == 2 and text.count("named 'attention_lse'") == 2, text
+    assert "attention_out" not in saved(_models(True)[0])
+    # scanned, the names are inside the scan body: the saved values are the scan's stacked outputs,
+    # [blocks, query blocks, B, kv heads, G * T (+ head dim)], here one 80-token tile per row
+    nkv, g = CFG.num_key_value_heads, CFG.num_attention_heads // CFG.num_key_value_heads
+    lse = f"f32[2,1,2,{nkv},{g * 80}] output of scan"
+    out = f"f32[2,1,2,{nkv},{g * 80},{CFG.head_dim}] output of scan"
+    text = saved(scan)
+    assert lse in text and out in text, text
+    text = saved(_models(True)[1])
+    assert lse not in text and out not in text, text

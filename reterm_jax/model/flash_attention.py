@@ -30,6 +30,7 @@ import math
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.ad_checkpoint import checkpoint_name
 
 from reterm_jax.model.norms import stat_dtype
 
@@ -39,6 +40,9 @@ BLOCK_Q = 512
 BLOCK_K = 512
 _NEG = -1e30  # finite "minus infinity" for running maxima: exp(_NEG - m) underflows to 0, never NaN
 _SKIP, _MASKED, _FULL = 0, 1, 2
+# checkpoint names of the forward's residuals: a remat policy that saves them (`model.remat=attention`,
+# train/state.py) keeps the layer's recomputation in the backward from running this forward again
+OUT_NAME, LSE_NAME = "attention_out", "attention_lse"
 
 
 def _pad_to(x, axis, multiple):
@@ -217,6 +221,7 @@ def _flash(q, k, v, segment_ids, scale, block_q, block_k):
 
 def _flash_fwd(q, k, v, segment_ids, scale, block_q, block_k):
     out, lse, qb = _forward(q, k, v, segment_ids, scale, block_q, block_k)
+    out, lse = checkpoint_name(out, OUT_NAME), checkpoint_name(lse, LSE_NAME)
     return _from_blocks(out, q.shape[3]), (qb, k, v, segment_ids, out, lse)
 
 

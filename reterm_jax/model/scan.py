@@ -79,7 +79,7 @@ def _tie(x: jax.Array, zero: jax.Array) -> jax.Array:
     return x + not_finite.astype(x.dtype)
 
 
-def remat_on_cotangent(fn: Callable) -> Callable:
+def remat_on_cotangent(fn: Callable, policy: Callable | None = None) -> Callable:
     """Full remat of `fn(h, state, inputs)` whose recomputation cannot start before the cotangent arrives.
 
     Same values and gradients as `jax.checkpoint(fn)`: the forward keeps only the arguments and
@@ -89,23 +89,50 @@ def remat_on_cotangent(fn: Callable) -> Callable:
     (measured on the 9B block: 4x one layer's working set). Here `h` and `inputs` are made to depend
     on the incoming cotangent (an `optimization_barrier`, which XLA:CPU drops, and `_tie`), which
     ties each recomputation to the moment its layer's backward begins: one layer's internals at a
-    time. `state` (the params) stays untied so their gathers can still be prefetched."""
+    time. `state` (the params) stays untied so their gathers can still be prefetched.
+
+    policy: a `jax.checkpoint` policy; the values it saves are kept as well and are not
+    recomputed (e.g. flash attention's output under `model.remat=attention`). The forward is then
+    `jax.vjp` of `jax.checkpoint(fn, policy)` and the residuals are its pullback's; all of them but
+    the params are tied to the cotangent."""
     @jax.custom_vjp
     def run(*args):
         return fn(*args)
 
-    def forward(*args):
-        return fn(*args), args
-
-    def backward(args, cotangent):
-        args, cotangent = jax.lax.optimization_barrier((args, cotangent))
-        # XLA:CPU drops optimization barriers before scheduling; a data dependence on the
-        # cotangent holds there too (see _tie).
+    def tied(tree, cotangent):
         zero = 0 * jax.tree.leaves(cotangent)[0].reshape(-1)[0]
-        h, state, inputs = args  # the params (state) stay untied: their gathers may still be prefetched
-        h, inputs = jax.tree.map(lambda x: _tie(x, zero), (h, inputs))
-        _, pull = jax.vjp(fn, h, state, inputs)
-        return pull(cotangent)
+        return jax.tree.map(lambda x: _tie(x, zero), tree)
+
+    if policy is None:
+        def forward(*args):
+            return fn(*args), args
+
+        def backward(args, cotangent):
+            args, cotangent = jax.lax.optimization_barrier((args, cotangent))
+            # XLA:CPU drops optimization barriers before scheduling; a data dependence on the
+            # cotangent holds there too (see _tie).
+            h, state, inputs = args  # the params (state) stay untied: their gathers may still be prefetched
+            h, inputs = tied((h, inputs), cotangent)
+            _, pull = jax.vjp(fn, h, state, inputs)
+            return pull(cotangent)
+    else:
+        checkpointed = jax.checkpoint(fn, policy=policy, prevent_cse=False)
+        params_at = {}  # which pullback residuals are the params: found by identity at trace time
+
+        def forward(h, state, inputs):
+            out, pull = jax.vjp(checkpointed, h, state, inputs)
+            ids = {id(x) for x in jax.tree.leaves(state)}
+            params_at["mask"] = tuple(id(x) in ids for x in jax.tree.leaves(pull))
+            return out, pull
+
+        def backward(pull, cotangent):
+            pull, cotangent = jax.lax.optimization_barrier((pull, cotangent))
+            leaves, treedef = jax.tree.flatten(pull)
+            mask = params_at.get("mask")
+            if mask is None or len(mask) != len(leaves):  # not traced with this forward: tie all
+                mask = (False,) * len(leaves)
+            leaves = [x if is_param else tied(x, cotangent) for x, is_param in zip(leaves, mask)]
+            return jax.tree.unflatten(treedef, leaves)(cotangent)
 
     run.defvjp(forward, backward)
     return run
@@ -118,7 +145,7 @@ def scan_decoder_layers(layers: Sequence[nnx.Module], layer_types: Sequence[str]
     remat: False; True (each layer recomputed in the backward; one saved input per layer);
     "block" (one saved input per block: the backward recomputes the block's forward, then
     each layer again as under True: a third forward pass, for a quarter of the saved inputs);
-    or a jax.checkpoint policy applied per layer."""
+    or a jax.checkpoint policy applied per layer (through remat_on_cotangent: what it saves is kept)."""
     period = block_period(layer_types)
     graphdefs, stacked = stack_blocks(layers, period, dtype)
 
@@ -128,9 +155,8 @@ def scan_decoder_layers(layers: Sequence[nnx.Module], layer_types: Sequence[str]
             return constrain(out)
         if remat is True or remat == "block":
             return remat_on_cotangent(run)
-        if remat:
-            # prevent_cse=False: inside a scan there is no CSE across iterations to prevent.
-            return jax.checkpoint(run, policy=remat, prevent_cse=False)
+        if remat:  # a checkpoint policy: what it saves is kept, the rest recomputed as under True
+            return remat_on_cotangent(run, policy=remat)
         return run
 
     runs = [layer_fn(g) for g in graphdefs]

@@ -22,6 +22,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from reterm_jax.model.attention import set_attention_impl
 from reterm_jax.model.delta_rule import GROUP_TOKENS
 from reterm_jax.model.deltanet import set_delta_group_tokens
+from reterm_jax.model.flash_attention import LSE_NAME, OUT_NAME
 from reterm_jax.model.config import Qwen3_5Config
 from reterm_jax.model.decoder import Qwen3_5ForCausalLM
 from reterm_jax.model.hf_io import abstract_model, load_pretrained
@@ -34,6 +35,9 @@ REMAT_POLICIES = {
     # 4-layer block) for one more forward pass; unscanned, the same as full
     "block": "block",
     "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,  # keep matmul outputs
+    # recompute each layer except flash attention's forward: keep its output and log-sum-exp
+    # (a [T, Nq, D] and a [T, Nq] per attention layer); with other attention kernels, like full
+    "attention": jax.checkpoint_policies.save_only_these_names(OUT_NAME, LSE_NAME),
 }
 
 
