@@ -99,9 +99,8 @@ def remat_on_cotangent(fn: Callable, policy: Callable | None = None) -> Callable
     def run(*args):
         return fn(*args)
 
-    def tied(tree, cotangent):
-        zero = 0 * jax.tree.leaves(cotangent)[0].reshape(-1)[0]
-        return jax.tree.map(lambda x: _tie(x, zero), tree)
+    def zero_of(cotangent):  # 0 * one element of the cotangent (see _tie)
+        return 0 * jax.tree.leaves(cotangent)[0].reshape(-1)[0]
 
     if policy is None:
         def forward(*args):
@@ -112,7 +111,8 @@ def remat_on_cotangent(fn: Callable, policy: Callable | None = None) -> Callable
             # XLA:CPU drops optimization barriers before scheduling; a data dependence on the
             # cotangent holds there too (see _tie).
             h, state, inputs = args  # the params (state) stay untied: their gathers may still be prefetched
-            h, inputs = tied((h, inputs), cotangent)
+            zero = zero_of(cotangent)
+            h, inputs = jax.tree.map(lambda x: _tie(x, zero), (h, inputs))
             _, pull = jax.vjp(fn, h, state, inputs)
             return pull(cotangent)
     else:
@@ -131,7 +131,8 @@ def remat_on_cotangent(fn: Callable, policy: Callable | None = None) -> Callable
             mask = params_at.get("mask")
             if mask is None or len(mask) != len(leaves):  # not traced with this forward: tie all
                 mask = (False,) * len(leaves)
-            leaves = [x if is_param else tied(x, cotangent) for x, is_param in zip(leaves, mask)]
+            zero = zero_of(cotangent)
+            leaves = [x if is_param else _tie(x, zero) for x, is_param in zip(leaves, mask)]
             return jax.tree.unflatten(treedef, leaves)(cotangent)
 
     run.defvjp(forward, backward)
