@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
+from ml_collections import config_flags
 
 from reterm_jax.cli import UserError
 from reterm_jax.model.config import FULL_ATTENTION, Qwen3_5Config
@@ -455,7 +456,8 @@ def main(argv):
     cfg = train_view(cfg)
     if FLAGS.preset:
         try:
-            cfg = apply_preset(cfg, FLAGS.preset, n)
+            # fields typed as --config.* win over the preset's (a preset only fills the rest)
+            cfg = apply_preset(cfg, FLAGS.preset, n, keep=set(config_flags.get_override_values(FLAGS["config"])))
         except ValueError as e:
             raise UserError(f"--preset={FLAGS.preset}: {e}") from None
     if grpo:
@@ -478,7 +480,6 @@ def main(argv):
 
 if __name__ == "__main__":
     from absl import flags
-    from ml_collections import config_flags
 
     from reterm_jax import cli
     config_flags.DEFINE_config_file("config", None, "Train config, e.g. configs/sft.py:qwen3_5_9b")

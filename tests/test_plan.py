@@ -80,11 +80,13 @@ def test_rollout_cache_matches_init_cache():
 def test_cli_prints_the_plan():
     out = subprocess.run(
         [sys.executable, "-m", "reterm_jax.plan", "--config=configs/sft.py:qwen3_5_9b", "--devices=16",
-         "--preset=fsdp_tp", "--rollout_batch=8", "--rollout_len=4096", "--hbm=tpu_v5p"],
+         "--preset=fsdp_tp", "--config.model.remat=attention", "--rollout_batch=8", "--rollout_len=4096",
+         "--hbm=tpu_v5p"],
         cwd=ROOT, capture_output=True, text=True, timeout=300, env=dict(os.environ, JAX_PLATFORMS="cpu"))
     assert out.returncode == 0, out.stderr[-2000:]
     for word in ("parameters", "optimizer state", "gradients", "activations", "rollout caches", "of 95 GB HBM"):
         assert word in out.stdout, out.stdout
+    assert "remat=attention" in out.stdout and "tensor" in out.stdout  # the typed field beat the preset's
 
 
 @pytest.mark.slow
@@ -167,3 +169,14 @@ def test_saved_activations_follow_remat_and_sequence_parallelism():
     assert full["saved"] == pytest.approx(32 * layer_in)
     assert block["saved"] == pytest.approx((32 // 4 + 4) * layer_in)
     assert block["working"] == full["working"]
+
+
+def test_fields_the_user_set_win_over_the_preset():
+    c = sft_config.get_config("qwen3_5_9b")
+    c.model.remat, c.mesh.tensor, c.train.micro_batches = "attention", 2, 3
+    kept = apply_preset(c, "fsdp_tp", 8, keep={"model.remat"})
+    assert kept.model.remat == "attention" and kept.mesh.tensor == 4 and kept.train.micro_batches == 16
+    kept = apply_preset(c, "fsdp_tp", 8, keep={"mesh.tensor", "train.micro_batches"})
+    assert kept.model.remat == "full" and kept.mesh.tensor == 2 and kept.train.micro_batches == 3
+    kept = apply_preset(c, "fsdp_tp", 8, keep={"mesh.tensor"})
+    assert kept.train.micro_batches == 32 // 4  # derived from the kept mesh: 4 data-parallel devices

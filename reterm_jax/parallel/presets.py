@@ -52,15 +52,22 @@ def data_parallel_size(mesh: dict, n_devices: int) -> int:
     return data * fsdp
 
 
-def apply_preset(config, name: str, n_devices: int):
+def apply_preset(config, name: str, n_devices: int, keep=()):
     """A copy of a train config (configs/sft.py or grpo.py) with the preset's mesh, remat and
-    micro_batches (batch_size / (rows_per_device * data-parallel devices), at least 1)."""
+    micro_batches (batch_size / (rows_per_device * data-parallel devices), at least 1).
+
+    keep: dotted field names the user set explicitly (e.g. {"model.remat", "mesh.tensor"}, what
+    `--config.model.remat=...` overrides); those keep the config's value instead of the preset's,
+    so `--config.model.remat=attention --preset=fsdp_tp` plans attention remat on fsdp_tp's mesh."""
     p = preset(name)
-    if n_devices % p["mesh"]["tensor"]:
-        raise ValueError(f"preset {name!r} needs tensor={p['mesh']['tensor']} to divide the {n_devices} devices")
+    keep = set(keep)
     c = config.copy_and_resolve_references()
-    c.mesh.update(p["mesh"])
-    c.model.remat = p["remat"]
-    rows = p["rows_per_device"] * data_parallel_size(p["mesh"], n_devices)
-    c.train.micro_batches = max(1, c.train.batch_size // rows)
+    c.mesh.update({k: v for k, v in p["mesh"].items() if f"mesh.{k}" not in keep})
+    if c.mesh.tensor > 0 and n_devices % c.mesh.tensor:
+        raise ValueError(f"preset {name!r} needs tensor={c.mesh.tensor} to divide the {n_devices} devices")
+    if "model.remat" not in keep:
+        c.model.remat = p["remat"]
+    if "train.micro_batches" not in keep:
+        rows = p["rows_per_device"] * data_parallel_size(dict(c.mesh), n_devices)
+        c.train.micro_batches = max(1, c.train.batch_size // rows)
     return c
