@@ -57,7 +57,9 @@ def cli_run(tmp_path_factory):
     workdir = str(tmp / "run")
     cmd = [sys.executable, "-m", "reterm_jax.train", "--config=configs/sft.py", f"--config.data.path={data}",
            f"--workdir={workdir}", *OVERRIDES]
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    # The in-process runs compared with this one start their backend without the CLI's XLA:CPU
+    # flags (reterm_jax/cpu_flags.py), so this run goes without them too: same compiler, same rounding.
+    env = dict(os.environ, JAX_PLATFORMS="cpu", RETERM_XLA_CPU_DEFAULTS="0")
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return {"data": data, "workdir": workdir, "tmp": tmp}

@@ -30,6 +30,11 @@ def main(argv):
     import importlib
     loop = importlib.import_module(MODES[mode])
     loop.check_config(config)  # the user's typing, before JAX starts
+    from reterm_jax.cpu_flags import apply_cpu_defaults
+    added = apply_cpu_defaults()  # before the backend starts (XLA reads its flags then)
+    if added:
+        logging.info("XLA flags for CPU training added (RETERM_XLA_CPU_DEFAULTS=0 turns them off): %s",
+                     " ".join(added))
     from reterm_jax.parallel.distributed import maybe_initialize
     maybe_initialize()  # before anything touches a device; a no-op on one process
     workdir = _WORKDIR.value or os.path.join(
