@@ -1,9 +1,9 @@
-"""XLA:CPU compiler defaults for the commands that train or sample on a CPU (train, evaluate).
+"""XLA:CPU compiler defaults for `python -m reterm_jax.train` in SFT mode.
 
 jaxlib 0.10.2's XLA:CPU fuses a train step's dots, elementwise ops and reductions into YNNPACK
 calls, and its reduce fusions are slow: with `--xla_cpu_experimental_ynn_fusion_type=dot` (only
-dots go to YNNPACK) the same SFT step takes 0.6x the time on the 2-core machines we measure on
-(docs/performance.md, "Train step and XLA:CPU's YNNPACK fusion types"). XLA reads its flags once,
+dots go to YNNPACK) the same SFT step (bench/train_step.py --size medium) takes 0.63x (Intel Xeon)
+to 0.76x (AMD EPYC) the time on the 2-core machines we measure on (docs/performance.md, "Train step and XLA:CPU's YNNPACK fusion types"). XLA reads its flags once,
 from the XLA_FLAGS environment variable, when the first backend starts; an entry a jaxlib does
 not know aborts the process. So the flag is added only
 
@@ -12,7 +12,9 @@ not know aborts the process. So the flag is added only
 - unless RETERM_XLA_CPU_DEFAULTS=0,
 - before the backend has started (after that XLA would not read it: nothing is changed).
 
-The flag touches only XLA:CPU's compiler, so it changes nothing on a GPU or TPU backend.
+The flag touches only XLA:CPU's compiler, so it changes nothing on a GPU or TPU backend. GRPO
+runs do not get it: their CPU time is mostly the sampler's decode loop, where one run with and one
+without it gave mixed per-token times (docs/performance.md), so nothing is claimed there.
 """
 from __future__ import annotations
 

@@ -31,7 +31,9 @@ def main(argv):
     loop = importlib.import_module(MODES[mode])
     loop.check_config(config)  # the user's typing, before JAX starts
     from reterm_jax.cpu_flags import apply_cpu_defaults
-    added = apply_cpu_defaults()  # before the backend starts (XLA reads its flags then)
+    # SFT only: measured faster there; GRPO's time is mostly the sampler's decode, where one
+    # run each way was mixed (bench/sampler.py, docs/performance.md)
+    added = apply_cpu_defaults() if mode == "sft" else []  # before the backend starts (XLA reads its flags then)
     if added:
         logging.info("XLA flags for CPU training added (RETERM_XLA_CPU_DEFAULTS=0 turns them off): %s",
                      " ".join(added))
