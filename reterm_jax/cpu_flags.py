@@ -3,9 +3,10 @@
 jaxlib 0.10.2's XLA:CPU fuses a train step's dots, elementwise ops and reductions into YNNPACK
 calls, and its reduce fusions are slow: with `--xla_cpu_experimental_ynn_fusion_type=dot` (only
 dots go to YNNPACK) the same SFT step (bench/train_step.py --size medium) takes 0.63x (Intel Xeon)
-to 0.76x (AMD EPYC) the time on the 2-core machines we measure on (docs/performance.md, "Train step and XLA:CPU's YNNPACK fusion types"). XLA reads its flags once,
-from the XLA_FLAGS environment variable, when the first backend starts; an entry a jaxlib does
-not know aborts the process. So the flag is added only
+to 0.76x (AMD EPYC) the time on the 2-core machines we measure on (docs/performance.md, "Train
+step and XLA:CPU's YNNPACK fusion types"). XLA reads its flags once, from the XLA_FLAGS
+environment variable, when the first backend starts; an entry a jaxlib does not know aborts the
+process. So the flag is added only
 
 - for a jaxlib version it was measured on (`KNOWN`; any other version gets nothing),
 - when XLA_FLAGS does not already say something about the same option (the user's word wins),
