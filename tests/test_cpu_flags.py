@@ -13,7 +13,7 @@ FLAG = "--xla_cpu_experimental_ynn_fusion_type"
 
 def test_only_known_versions_and_options_the_user_left_unset():
     assert cpu_flags_for("0.10.2", "") == [f"{FLAG}=dot"]
-    assert cpu_flags_for("0.10.2", f"--xla_force_host_platform_device_count=8") == [f"{FLAG}=dot"]
+    assert cpu_flags_for("0.10.2", "--xla_force_host_platform_device_count=8") == [f"{FLAG}=dot"]
     assert cpu_flags_for("0.10.2", f"{FLAG}=individual_dot") == []  # the user's word wins
     assert cpu_flags_for("0.99.0", "") == []  # never measured there: it might abort the process
 
