@@ -75,7 +75,7 @@ def main():
     optim.decay_steps, optim.warmup_steps = 1000, 0
     tx, schedule = make_optimizer(optim)
     mesh = make_mesh()
-    model.model.scan_layers = args.scan
+    model.model.set_scan_layers(args.scan)  # the stacked layout (model/stacked.py)
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, config.vocab_size, (1, args.seq + 1))
     batch = {"tokens": tokens[:, :-1].astype(np.int32), "targets": tokens[:, 1:].astype(np.int32),

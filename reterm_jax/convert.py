@@ -95,7 +95,8 @@ def restore_model(checkpoint: str, *, config_dir: str | None = None, mesh=None, 
     """Build the abstract model from config.json and restore the orbax params into it.
 
     Each param is restored with the dtype it was stored in, onto its sharding under
-    `mesh` (single default device when None).
+    `mesh` (single default device when None), in the layout it was stored in: per layer, or
+    stacked (a run with model.scan_layers; save_pretrained writes either as HF's per-layer names).
     """
     import orbax.checkpoint as ocp
     from reterm_jax.model.config import Qwen3_5Config
@@ -106,7 +107,7 @@ def restore_model(checkpoint: str, *, config_dir: str | None = None, mesh=None, 
     config = Qwen3_5Config.from_hf_dir(config_dir)
     with ocp.StandardCheckpointer() as ckptr:
         stored = _flat(ckptr.metadata(params_dir).item_metadata.tree)
-        model = abstract_model(config, jnp.float32)
+        model = abstract_model(config, jnp.float32, scan_layers=any(k.startswith("model.blocks.") for k in stored))
         graphdef, state = nnx.split(model, nnx.Param)
         target, wanted = {}, set()
         for path, var in nnx.to_flat_state(state):

@@ -124,10 +124,12 @@ def estimate(cfg, n_devices: int, *, rollout_batch: int = 0, rollout_len: int = 
     tp = sizes["tensor"]
     heads = (1 if config.tie_word_embeddings else 2) * _split(config.vocab_size, tp) * config.hidden_size * 4
     grad_bytes += heads
-    # scan_layers: the stacked per-block copy of the layer params (kernels in the compute dtype)
-    # and its stacked fp32 gradient (model/scan.py)
+    # scan_layers: the params are stored stacked (model/stacked.py), so the scan slices them in
+    # place and its gradient is the gradient; what remains is one block's kernels cast to the
+    # compute dtype inside the body (model/scan.py)
     layer_elems = elems - heads / 4 / sizes["fsdp"]
-    scan_copy = layer_elems * (dtype.itemsize + 4) if scan_layers else 0
+    n_blocks = len(config.layer_types) // block_period(config.layer_types) if scan_layers else 1
+    scan_copy = layer_elems / n_blocks * dtype.itemsize if scan_layers else 0
 
     # activations of one micro-batch on one device
     n_dp = sizes["data"] * sizes["fsdp"]
@@ -307,9 +309,9 @@ def aot_compile(cfg, scan_layers: bool = True) -> dict:
 
     mesh = make_mesh(**cfg.mesh)
     config = plan_model_config(cfg.model)
-    abstract = abstract_model(config, jnp.dtype(cfg.model.dtype), jnp.dtype(cfg.model.param_dtype))
+    abstract = abstract_model(config, jnp.dtype(cfg.model.dtype), jnp.dtype(cfg.model.param_dtype),
+                              scan_layers=scan_layers)
     abstract.model.remat = remat_policy(cfg.model.remat)  # as train/state.py abstract_params does
-    abstract.model.scan_layers = scan_layers
     abstract.logits_chunk = int(cfg.model.get("logits_chunk", abstract.logits_chunk))
     set_attention_impl(abstract, cfg.model.get("attention_impl", "auto"))
     set_delta_group_tokens(abstract, cfg.model.get("delta_group_tokens", GROUP_TOKENS))
@@ -390,7 +392,8 @@ def report(cfg, n_devices: int, est: dict, hbm: float, compiled: dict | None = N
              f"  optimizer state  {gb(est['optimizer'])}   (Adam mu/nu, mu_dtype={cfg.optim.get('mu_dtype') or 'params'})",
              f"  gradients        {gb(est['gradients'])}   (fp32 accumulator + one micro-batch + "
              "unreduced embedding/head)",
-             f"  scan copy        {gb(est['scan_copy'])}   (stacked layer params + their stacked gradient)",
+             f"  scan block       {gb(est['scan_copy'])}   (one block's kernels in the compute dtype; the params "
+             "are stored stacked)",
              f"  activations      {gb(est['activations'])}   (saved {est['saved'] / GB:.2f} + working "
              f"{est['working'] / GB:.2f})",
              f"  logits           {gb(est['logits'])}   (fp32 logits, softmax, gradient; one head chunk)",

@@ -98,3 +98,49 @@ def test_cli_errors_name_the_problem(hf_dir, args, message):
     proc = run_cli(*(a.format(hf=hf_dir) for a in args))
     assert proc.returncode != 0
     assert message in proc.stderr, proc.stderr[-2000:]
+
+
+def test_stacked_checkpoints_convert_and_warm_start_either_layout(tmp_path):
+    """A scan_layers run stores its params stacked by block (model/stacked.py). convert restores
+    such a checkpoint as it is and exports HF's per-layer tensors bit for bit; a GRPO warm start
+    written in one layout loads into a config of the other (converted on load)."""
+    import jax
+    import orbax.checkpoint as ocp
+    import importlib.util
+    from reterm_jax.model.stacked import is_stacked, stack_params
+    from reterm_jax.parallel.mesh import make_mesh
+    from reterm_jax.train.grpo import load_warm_start
+    from reterm_jax.train.state import abstract_params
+
+    hf = build_hf_model("gqa2_conv4_untied", dtype=torch.bfloat16, seed=13, num_hidden_layers=4,
+                        layer_types=["linear_attention", "full_attention"] * 2)
+    src = str(tmp_path / "hf")
+    save_hf_model(hf, src)
+    per_layer = nnx.to_pure_dict(nnx.state(load_pretrained(src), nnx.Param))
+    stacked = nnx.to_pure_dict(nnx.state(load_pretrained(src, scan_layers=True), nnx.Param))
+    ckpts = {}
+    for name, params in (("per_layer", per_layer), ("stacked", stacked)):
+        ckpts[name] = str(tmp_path / name)
+        with ocp.StandardCheckpointer() as ckptr:
+            ckptr.save(os.path.join(ckpts[name], "params"), params)
+            ckptr.wait_until_finished()
+    restored = convert.restore_model(ckpts["stacked"], config_dir=src)
+    assert restored.model.scan_layers
+    out = str(tmp_path / "hf_out")
+    convert.orbax_to_hf(ckpts["stacked"], out, source=src)
+    assert raw_tensors(out) == raw_tensors(src)
+
+    spec = importlib.util.spec_from_file_location("grpo_cfg", os.path.join(REPO, "configs", "grpo.py"))
+    grpo_cfg = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(grpo_cfg)
+    mesh = make_mesh()
+    for scan, stored, want in ((True, "per_layer", stacked), (False, "stacked", per_layer)):
+        config = grpo_cfg.get_config("tiny")
+        config.model.hf_path, config.model.scan_layers = src, scan
+        _, _, abs_params, shardings = abstract_params(config.model, mesh)
+        assert is_stacked(abs_params) == scan
+        got = load_warm_start(ckpts[stored], config, mesh, abs_params, shardings)
+        assert jax.tree.structure(got) == jax.tree.structure(want)
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert is_stacked(stack_params(per_layer, 2))

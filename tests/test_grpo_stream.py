@@ -450,3 +450,29 @@ def test_recovery_episode_continues_the_failed_tokens(tmp_path):
     # the record is the template's render of the messages except for the failed attempt's dropped <think>
     # (the reason recovery never re-renders): the retry turn and the recovery turns tokenise identically
     assert tok.decode(trajs[1].tokens[len(failed.tokens):]).startswith(harness.retry_turn_text())
+
+
+def test_policy_store_publishes_a_stacked_trainer_per_layer():
+    """A scan_layers trainer's params (stacked by block) are published in the per-layer layout the
+    samplers run, cast in the same jit; sampler_with also takes a stacked tree as it is."""
+    from reterm_jax.model.stacked import is_stacked, unstack_params
+    cfg = Qwen3_5Config.tiny(num_hidden_layers=4, layer_types=("linear_attention", "full_attention") * 2)
+    stacked = nnx.to_pure_dict(nnx.state(Qwen3_5ForCausalLM(cfg, scan_layers=True, rngs=nnx.Rngs(0)), nnx.Param))
+    per_layer = Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(0))  # the same weights per layer
+    sampler = Sampler(per_layer, stop_ids=(1,), pad_id=PAD, max_length=32, min_bucket=8, donate=False)
+    assert is_stacked(stacked)
+    _, published = PolicyStore(0, stacked, dtype=jnp.bfloat16).latest()
+    assert not is_stacked(published)
+    want = jax.tree.map(lambda x: x.astype(jnp.bfloat16), unstack_params(stacked))
+    assert jax.tree.structure(published) == jax.tree.structure(want)
+    for a, b in zip(jax.tree.leaves(published), jax.tree.leaves(want)):
+        assert a.dtype == jnp.bfloat16
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    _, fp32 = PolicyStore(0, stacked).latest()  # no dtype: a per-layer copy, values unchanged
+    for a, b in zip(jax.tree.leaves(fp32), jax.tree.leaves(nnx.to_pure_dict(nnx.state(per_layer, nnx.Param)))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    tokens = []
+    for params in (None, fp32, stacked):
+        s = sampler_with(sampler, params)
+        tokens.append(s.generate(s.extend(s.init(1), [PROMPT]), jax.random.key(0), SamplingParams(0.0), 4)[1].tokens)
+    assert tokens[0] == tokens[1] == tokens[2]

@@ -228,3 +228,27 @@ def test_a_rows_samples_depend_on_its_key_and_count_only(sampler):
     state, first = sampler.generate(sampler.extend(sampler.init(1), [PROMPTS[0]]), keys[:1], params, 5)
     _, rest = sampler.generate(state, keys[:1], params, 7, offsets=[5])
     assert first.tokens[0] + rest.tokens[0] == batch.tokens[0]
+
+
+def test_a_stacked_model_samples_per_layer_like_the_per_layer_one():
+    """A scan_layers model (params stacked by block, model/stacked.py) is sampled in the per-layer
+    layout: same greedy tokens as the same weights per layer, at construction and after
+    update_params; the caller's model stays stacked."""
+    cfg = Qwen3_5Config.tiny(num_hidden_layers=4, layer_types=("linear_attention", "full_attention") * 2)
+    plain = Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(4))
+    stacked = Qwen3_5ForCausalLM(cfg, scan_layers=True, rngs=nnx.Rngs(4))  # same seed, same weights
+    samplers = [make_sampler(plain, max_length=64), make_sampler(stacked, max_length=64)]
+    assert stacked.model.scan_layers and not samplers[1].graphdef == nnx.graphdef(stacked)
+
+    def greedy(s):
+        state = s.extend(s.init(2), PROMPTS[:2])
+        return s.generate(state, jax.random.key(0), SamplingParams(0.0), 5)[1].tokens
+    assert greedy(samplers[1]) == greedy(samplers[0])
+    # a new version from the stacked trainer: scaled weights, published per layer
+    scale = lambda m: nnx.update(m, jax.tree.map(lambda x: x * 1.25, nnx.state(m, nnx.Param)))
+    scale(plain), scale(stacked)
+    for s, m in zip(samplers, (plain, stacked)):
+        s.update_params(m)
+    for a, b in zip(jax.tree.leaves(samplers[0].params), jax.tree.leaves(samplers[1].params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert greedy(samplers[1]) == greedy(samplers[0])

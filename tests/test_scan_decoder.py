@@ -3,7 +3,8 @@
 fp32, a tiny config with 4 layers = 2 blocks of [DeltaNet, attention] (the 9B's block is
 [DeltaNet x3, attention]: the same scan over blocks, with a shorter block that compiles in half
 the time); logits and gradients
-with and without remat (per layer and per block), on packed rows with padding; the cache path; the parameter tree.
+with and without remat (per layer and per block), on packed rows with padding; the cache path; the
+stacked parameter tree (model/stacked.py) and its conversions to and from the per-layer one.
 """
 from __future__ import annotations
 
@@ -22,15 +23,36 @@ from reterm_jax.model.cache import init_cache
 from reterm_jax.model.config import Qwen3_5Config
 from reterm_jax.model.decoder import Qwen3_5ForCausalLM
 from reterm_jax.model.scan import block_period
+from reterm_jax.model.stacked import stack_params, unstack_params
 
 CFG = Qwen3_5Config.tiny(num_hidden_layers=4, layer_types=("linear_attention", "full_attention") * 2)
 
 
+def _pure(tree):
+    return nnx.to_pure_dict(tree) if isinstance(tree, nnx.State) else tree
+
+
+def _flat(tree) -> dict:
+    """{path: array} of a params/gradient tree, in the per-layer layout."""
+    return {jax.tree_util.keystr(k): np.asarray(v)
+            for k, v in jax.tree_util.tree_leaves_with_path(unstack_params(_pure(tree)))}
+
+
 def _models(remat=False):
+    """A per-layer model and a stacked one holding the same weights (stacked by stack_params)."""
     loop = Qwen3_5ForCausalLM(CFG, remat=remat, rngs=nnx.Rngs(0))
     scan = Qwen3_5ForCausalLM(CFG, remat=remat, scan_layers=True, rngs=nnx.Rngs(1))
-    nnx.update(scan, nnx.state(loop, nnx.Param))
+    state = nnx.state(scan, nnx.Param)
+    nnx.replace_by_pure_dict(state, stack_params(nnx.to_pure_dict(nnx.state(loop, nnx.Param)), 2))
+    nnx.update(scan, state)
     return loop, scan
+
+
+def _assert_same_grads(g_ref, g, rtol=1e-4):
+    ref, got = _flat(g_ref), _flat(g)
+    assert list(ref) == list(got)
+    for path, a in ref.items():
+        np.testing.assert_allclose(got[path], a, rtol=rtol, atol=1e-6 * max(1.0, np.abs(a).max()), err_msg=path)
 
 
 def _packed_batch():
@@ -81,28 +103,29 @@ def test_scan_equals_loop_logits_and_grads(remat):
     (l_scan, logits_scan), g_scan = grad_fn(scan, *batch)
     np.testing.assert_allclose(np.asarray(logits_scan), np.asarray(logits_loop), rtol=0, atol=1e-5)
     np.testing.assert_allclose(float(l_scan), float(l_loop), rtol=1e-6)
-    flat_loop, flat_scan = nnx.to_flat_state(g_loop), nnx.to_flat_state(g_scan)
-    assert [p for p, _ in flat_loop] == [p for p, _ in flat_scan]  # same per-layer tree
-    for (path, a), (_, b) in zip(flat_loop, flat_scan):
-        a, b = np.asarray(a[...]), np.asarray(b[...])
-        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6 * max(1.0, np.abs(a).max()), err_msg=str(path))
+    assert "blocks" in g_scan["model"] and "layers" not in g_scan["model"]  # the gradient comes out stacked
+    _assert_same_grads(g_loop, g_scan)
     assert float(optax.tree.norm(nnx.to_pure_dict(g_scan))) > 0
 
 
 def test_scan_with_remat_policy_and_bf16_compute():
-    """A checkpoint policy and bf16 compute on fp32 params (kernels are cast before stacking)."""
+    """A checkpoint policy and bf16 compute on fp32 params (kernels are cast inside the scan body).
+    The same seed builds the same weights in both layouts."""
     kw = dict(dtype=jnp.bfloat16, remat=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
     loop = Qwen3_5ForCausalLM(CFG, rngs=nnx.Rngs(0), **kw)
     scan = Qwen3_5ForCausalLM(CFG, scan_layers=True, rngs=nnx.Rngs(0), **kw)
+    ref, got = _flat(nnx.state(loop, nnx.Param)), _flat(nnx.state(scan, nnx.Param))
+    assert list(ref) == list(got) and all(np.array_equal(ref[k], got[k]) for k in ref)
     batch = _packed_batch()
     grad_fn = nnx.jit(nnx.value_and_grad(_loss, has_aux=True))
     (l_loop, logits_loop), g_loop = grad_fn(loop, *batch)
     (l_scan, logits_scan), g_scan = grad_fn(scan, *batch)
     # same ops in the same order; only XLA's fusion choices can differ in bf16
     np.testing.assert_allclose(np.asarray(logits_scan), np.asarray(logits_loop), rtol=0, atol=2e-2)
-    for (path, a), (_, b) in zip(nnx.to_flat_state(g_loop), nnx.to_flat_state(g_scan)):
-        assert b[...].dtype == jnp.float32
-        a, b = np.asarray(a[...]), np.asarray(b[...])
+    ref, got = _flat(g_loop), _flat(g_scan)
+    for path, a in ref.items():
+        b = got[path]
+        assert b.dtype == np.float32
         assert np.abs(b - a).max() <= 5e-2 * max(1e-3, np.abs(a).max()), path
 
 
@@ -122,17 +145,33 @@ def test_cache_path_equals_loop():
     np.testing.assert_allclose(np.asarray(full), outs[1], rtol=0, atol=1e-4)
 
 
-def test_scan_flag_is_static_on_an_abstract_model():
-    """What train/state.py would do: set the flag on the abstract model; the graphdef carries it."""
+def test_set_scan_layers_restacks_abstract_and_concrete_models():
+    """What train/state.py does: restack an abstract model, split it; the stacked tree carries a
+    leading [n_blocks] axis named "layers" (replicated). A concrete model restacks both ways
+    without changing a weight or a logit."""
     from reterm_jax.model.hf_io import abstract_model
+    from reterm_jax.parallel.rules import variable_axes
     abstract = abstract_model(CFG)
-    abstract.model.scan_layers = True
+    abstract.model.set_scan_layers(True)
+    assert abstract.model.scan_layers and abstract.model.layers is None
     graphdef, params = nnx.split(abstract, nnx.Param)
+    kernel = params["model"]["blocks"][0]["mlp"]["up_proj"]["kernel"]
+    assert kernel.get_value().shape == (2, CFG.hidden_size, CFG.intermediate_size)
+    assert variable_axes(kernel) == ("layers", "embed", "mlp")
     concrete = Qwen3_5ForCausalLM(CFG, rngs=nnx.Rngs(0))
-    model = nnx.merge(graphdef, nnx.state(concrete, nnx.Param))
+    before = _flat(nnx.state(concrete, nnx.Param))
+    stacked = params
+    nnx.replace_by_pure_dict(stacked, stack_params(nnx.to_pure_dict(nnx.state(concrete, nnx.Param)), 2))
+    model = nnx.merge(graphdef, stacked)
     assert model.model.scan_layers
     ids = jnp.ones((1, 8), jnp.int32)
     np.testing.assert_allclose(np.asarray(model(ids)), np.asarray(concrete(ids)), rtol=0, atol=1e-5)
+    for flag in (True, False):  # restack the concrete model in place, and back
+        concrete.model.set_scan_layers(flag)
+        assert concrete.model.scan_layers == flag
+        after = _flat(nnx.state(concrete, nnx.Param))
+        assert list(after) == list(before) and all(np.array_equal(after[k], before[k]) for k in before)
+    assert "layers" in nnx.to_pure_dict(nnx.state(concrete, nnx.Param))["model"]
 
 
 def test_row_constraint_under_a_mesh_changes_nothing():
@@ -161,9 +200,7 @@ def test_attention_remat_policy_keeps_flash_outputs_and_the_gradients():
     for model in (loop, scan):
         (_, logits), g = grad_fn(model, *batch)
         np.testing.assert_allclose(np.asarray(logits), np.asarray(logits_ref), rtol=0, atol=1e-5)
-        for (path, a), (_, b) in zip(nnx.to_flat_state(g_ref), nnx.to_flat_state(g)):
-            a, b = np.asarray(a[...]), np.asarray(b[...])
-            np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6 * max(1.0, np.abs(a).max()), err_msg=str(path))
+        _assert_same_grads(g_ref, g)
 
     def saved(model):
         graphdef, params = nnx.split(model)

@@ -82,3 +82,49 @@ def test_remat_changes_memory_not_math():
         results.append(jax.jit(lambda p: accumulate_gradients(g, p, batch, 1, mesh))(params))
     for a, b in zip(jax.tree.leaves(results[0]), jax.tree.leaves(results[1])):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
+
+
+def test_a_stacked_model_takes_the_same_optimizer_step():
+    """scan_layers stores the layer params stacked by block (model/stacked.py): the gradient, AdamW's
+    update and its weight-decay mask (matrices only, judged per layer: a stacked norm is 2-d) give
+    the per-layer model's step, entry for entry."""
+    import importlib.util
+    import os
+    from reterm_jax.model.stacked import stack_params, unstack_params
+    from reterm_jax.train.optimizer import _decay_mask, make_optimizer
+    spec = importlib.util.spec_from_file_location("sft_cfg", os.path.join(os.path.dirname(__file__), "..", "configs", "sft.py"))
+    sft_cfg = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sft_cfg)
+    cfg = Qwen3_5Config.tiny(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                             layer_types=("linear_attention", "full_attention") * 2)
+    plain = Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(0))
+    stacked = Qwen3_5ForCausalLM(cfg, scan_layers=True, rngs=nnx.Rngs(0))
+    _, _, batch = _model_and_batch(b=2)
+    optim = sft_cfg.get_config("tiny").optim
+    optim.update(dict(lr=1e-2, warmup_steps=0, decay_steps=10, weight_decay=0.5))
+    tx, _ = make_optimizer(optim)
+    mesh = make_mesh()
+    results = []
+    for model in (plain, stacked):
+        graphdef, params = nnx.split(model, nnx.Param)
+        params = jax.tree.map(lambda x: x + 0.05, nnx.to_pure_dict(params))  # norms away from 0: decay shows
+
+        def step(p):
+            g, _, _ = accumulate_gradients(graphdef, p, batch, 1, mesh)
+            updates, opt = tx.update(g, tx.init(p), p)
+            # the mask has a bool per leaf: give a stacked leaf's one per entry, so it unstacks too
+            mask = jax.tree_util.tree_map_with_path(
+                lambda path, m, x: jnp.full(x.shape[:1], m) if "blocks" in jax.tree_util.keystr(path) else m,
+                _decay_mask(p), p)
+            return optax.apply_updates(p, updates), opt[-1][0].mu, mask
+        results.append([unstack_params(t) for t in jax.jit(step)(params)])
+    assert "blocks" not in results[1][0]["model"]
+    (p_ref, mu_ref, mask_ref), (p, mu, mask) = results
+    assert [bool(m) for m in jax.tree.leaves(mask)] == [bool(m) for m in jax.tree.leaves(mask_ref)]
+    assert not all(bool(m) for m in jax.tree.leaves(mask_ref))
+    for a, b in zip(jax.tree.leaves((p_ref, mu_ref)), jax.tree.leaves((p, mu))):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=1e-7)
+    # the stacked tree really is stacked, and stack_params is unstack_params' inverse
+    ref = nnx.to_pure_dict(nnx.state(stacked, nnx.Param))
+    assert jax.tree.leaves(stack_params(unstack_params(ref), 2)) and all(
+        np.array_equal(a, b) for a, b in zip(jax.tree.leaves(stack_params(unstack_params(ref), 2)), jax.tree.leaves(ref)))

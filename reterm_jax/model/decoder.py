@@ -24,6 +24,7 @@ from reterm_jax.model.norms import RMSNorm, stat_dtype
 from reterm_jax.model.params import dense, sharding_metadata
 from reterm_jax.model.rope import rope_cos_sin
 from reterm_jax.model.scan import block_period, scan_decoder_layers
+from reterm_jax.model.stacked import stack_layers, unstack_blocks, unstacked_state
 from reterm_jax.model.vocab_chunks import target_logprobs
 from reterm_jax.parallel.rules import logical_to_spec
 
@@ -97,22 +98,54 @@ def whole_rows(h: jax.Array) -> jax.Array:
 
 
 class TextModel(nnx.Module):
-    """`model.*` of the checkpoint: embed_tokens, layers, norm. Returns final hidden states."""
+    """`model.*` of the checkpoint: embed_tokens, layers, norm. Returns final hidden states.
+
+    The layers are either per layer (`self.layers`, HF's `layers.{i}`) or, with scan_layers,
+    stacked by block position (`self.blocks`, params [n_blocks, ...]; model/stacked.py)."""
 
     def __init__(self, config: Qwen3_5Config, *, dtype, param_dtype, remat, rngs: nnx.Rngs,
                  scan_layers: bool = False):
         self.config = config
         self.dtype = dtype
         self.remat = remat
-        self.scan_layers = scan_layers  # static, like remat: set it on an abstract model freely
         self.embed_tokens = nnx.Embed(
             config.vocab_size, config.hidden_size, dtype=dtype, param_dtype=param_dtype,
             embedding_init=jax.nn.initializers.normal(config.initializer_range),
             embedding_metadata=sharding_metadata(("vocab", "embed")), rngs=rngs)
+        # built per layer first either way, so a seed gives the same weights in both layouts
         self.layers = nnx.List([
             DecoderLayer(config, layer_type, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
             for layer_type in config.layer_types])
+        self.blocks = nnx.data(None)  # a data attribute either way (it holds the params when stacked)
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, "norm", param_dtype=param_dtype)
+        self.set_scan_layers(scan_layers)
+
+    @property
+    def scan_layers(self) -> bool:
+        """Whether the layers are stored stacked and run as a lax.scan (see set_scan_layers)."""
+        return self.blocks is not None
+
+    def set_scan_layers(self, scan: bool) -> None:
+        """Restack the layers in place: True stores them by block position with a leading
+        [n_blocks] axis and runs forwards without a cache as a lax.scan; False, per layer. Works
+        on an abstract model (nnx.eval_shape) too. The param tree changes (layers.{i} <->
+        blocks.{j}), so do it before splitting params, optimizer state or shardings off the model."""
+        if bool(scan) == self.scan_layers:
+            return
+        if scan:
+            period = block_period(self.config.layer_types)
+            self.blocks = nnx.List(stack_layers(list(self.layers), period))
+            self.layers = nnx.data(None)
+        else:
+            self.layers = nnx.List(unstack_blocks(list(self.blocks)))
+            self.blocks = nnx.data(None)
+
+    def _layer(self, i: int) -> DecoderLayer:
+        if self.blocks is None:
+            return self.layers[i]
+        period = len(self.blocks)
+        graphdef, state = nnx.split(self.blocks[i % period])
+        return nnx.merge(graphdef, unstacked_state(state, i // period))
 
     def __call__(self, input_ids, positions=None, segment_ids=None, cache: Cache | None = None):
         """Hidden states [B,T,H] (compute dtype), and the updated cache when one is given."""
@@ -136,9 +169,10 @@ class TextModel(nnx.Module):
 
         h = constrain_rows(self.embed_tokens(input_ids))
         # Scanned only without a cache: with one, stacking the per-layer K/V buffers and states
-        # on each call would copy the whole cache every decode step.
+        # on each call would copy the whole cache every decode step. A stacked model with a cache
+        # runs the loop on slices of its blocks (the sampler keeps a per-layer copy instead).
         if self.scan_layers and cache is None:
-            h = scan_decoder_layers(self.layers, cfg.layer_types, h, inputs, dtype=self.dtype, remat=self.remat,
+            h = scan_decoder_layers(self.blocks, h, inputs, dtype=self.dtype, remat=self.remat,
                                     constrain=constrain_rows)
             return self.norm(h)
         run = _run_layer
@@ -146,8 +180,8 @@ class TextModel(nnx.Module):
             policy = self.remat if callable(self.remat) else None
             run = nnx.remat(_run_layer, policy=policy)
         new_layers = []
-        for i, layer in enumerate(self.layers):
-            h, layer_cache = run(layer, h, inputs, None if cache is None else cache.layers[i])
+        for i in range(len(cfg.layer_types)):
+            h, layer_cache = run(self._layer(i), h, inputs, None if cache is None else cache.layers[i])
             new_layers.append(layer_cache)
         h = self.norm(h)
         if cache is None:
@@ -183,11 +217,12 @@ class Qwen3_5ForCausalLM(nnx.Module):
     softmax, DeltaNet gates/decays and state are fp32 whatever `dtype`; logits are fp32.
     remat: False, True (recompute each decoder layer in the backward pass), or a
     `jax.checkpoint_policies` policy.
-    scan_layers: run the layers (forwards without a cache) as a lax.scan over the repeated block
-    of `config.layer_types` (8 x [3 DeltaNet + 1 attention] for the 9B): same math and the same
-    per-layer parameter tree, compile time independent of depth (reterm_jax.model.scan). Like
-    `remat` it is static module structure: `model.model.scan_layers = True` works on an
-    abstract model too.
+    scan_layers: store the layers stacked by block position (`model.blocks.{j}`, params
+    [n_blocks, ...]; model/stacked.py) and run forwards without a cache as a lax.scan over the
+    repeated block of `config.layer_types` (8 x [3 DeltaNet + 1 attention] for the 9B): same
+    math, compile time independent of depth (reterm_jax.model.scan). hf_io and convert map the
+    stacked params to HF's per-layer names. `model.model.set_scan_layers(flag)` restacks an
+    existing (or abstract) model in place.
     logits_chunk: positions per LM-head chunk in `token_logprobs` (static, like remat).
     """
 
@@ -197,8 +232,6 @@ class Qwen3_5ForCausalLM(nnx.Module):
         rngs = nnx.Rngs(0) if rngs is None else rngs
         self.config = config
         self.logits_chunk = int(logits_chunk)  # static: positions per LM-head chunk in token_logprobs
-        if scan_layers:
-            block_period(config.layer_types)  # a config that cannot be scanned fails here, not in jit
         self.model = TextModel(config, dtype=dtype, param_dtype=param_dtype, remat=remat, rngs=rngs,
                                scan_layers=scan_layers)
         if config.tie_word_embeddings:

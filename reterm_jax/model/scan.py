@@ -4,15 +4,12 @@ The 9B's 32 layers are 8 copies of one block [DeltaNet, DeltaNet, DeltaNet, Atte
 as a Python loop, XLA compiles 32 layer bodies; scanned, it compiles one block, so compile
 time stops growing with depth.
 
-The parameter tree is NOT stacked: params stay `layers.{i}.*` (HF names, which checkpoints,
-hf_io, convert, the optimizer state and the sharding rules all use). Inside the forward, the
-params of layers j, j+p, j+2p, ... (p = block length) are `jnp.stack`ed on a leading block axis
-and the scan body `nnx.merge`s one block from its slice. The cost is that stacked copy: one
-extra copy of the layer params for the duration of the forward (and its transpose in the
-backward, which unstacks the gradients). Linear kernels are cast to the compute dtype before
-stacking (nnx.Linear casts them to it anyway, so the result is bit-identical), which makes the
-copy 2 bytes/param in bf16 compute instead of 4; norms, conv taps, A_log and dt_bias stay as
-stored (their math is fp32). Measured cost: docs/plan.md.
+The params are stored stacked (model/stacked.py: `model.blocks.{j}.*` with a leading [n_blocks]
+axis, entry k = layer j + k*p), so the scan slices one block's params per step in place: no
+stacked copy of every layer param per step, and the gradient comes out stacked like the params.
+Inside the body, linear kernels are cast to the compute dtype (what nnx.Linear casts them to
+anyway: bit-identical), one block at a time; norms, conv taps, A_log and dt_bias stay as
+stored (their math is fp32).
 
 Remat applies per layer inside the scanned body (as in the loop), so full remat still keeps
 one input per layer (scan residuals [blocks, B, T, H] per position in the block) and one
@@ -27,6 +24,8 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.numpy as jnp
 from flax import nnx
+
+from reterm_jax.model.stacked import strip_layers_axis
 
 
 def block_period(layer_types: Sequence[str]) -> int:
@@ -49,20 +48,6 @@ def _compute_copy(state: nnx.State, dtype) -> nnx.State:
         name = path[-2] if path and isinstance(path[-1], jax.tree_util.GetAttrKey) else path[-1]
         return x.astype(dtype) if getattr(name, "key", None) == "kernel" else x
     return jax.tree_util.tree_map_with_path(cast, state)
-
-
-def stack_blocks(layers: Sequence[nnx.Module], period: int, dtype):
-    """(graphdef per block position, state per position with a leading [n_blocks] axis)."""
-    graphdefs, stacked = [], []
-    for j in range(period):
-        members = [nnx.split(layer) for layer in layers[j::period]]
-        graphdef = members[0][0]
-        if any(g != graphdef for g, _ in members):
-            raise ValueError(f"layers {j}, {j + period}, ... differ in structure; cannot scan them as one block")
-        graphdefs.append(graphdef)
-        states = [_compute_copy(s, dtype) for _, s in members]
-        stacked.append(jax.tree.map(lambda *xs: jnp.stack(xs), *states))
-    return graphdefs, stacked
 
 
 def _tie(x: jax.Array, zero: jax.Array) -> jax.Array:
@@ -139,20 +124,21 @@ def remat_on_cotangent(fn: Callable, policy: Callable | None = None) -> Callable
     return run
 
 
-def scan_decoder_layers(layers: Sequence[nnx.Module], layer_types: Sequence[str], h: jax.Array, inputs, *,
+def scan_decoder_layers(blocks: Sequence[nnx.Module], h: jax.Array, inputs, *,
                         dtype, remat: bool | str | Callable, constrain: Callable = lambda h: h) -> jax.Array:
-    """h after all `layers` (no cache), computed as a scan over repeated blocks.
+    """h after all layers (no cache), computed as a scan over the stacked `blocks` (one module
+    per block position, params [n_blocks, ...]: model/stacked.py).
 
     remat: False; True (each layer recomputed in the backward; one saved input per layer);
     "block" (one saved input per block: the backward recomputes the block's forward, then
     each layer again as under True: a third forward pass, for a quarter of the saved inputs);
     or a jax.checkpoint policy applied per layer (through remat_on_cotangent: what it saves is kept)."""
-    period = block_period(layer_types)
-    graphdefs, stacked = stack_blocks(layers, period, dtype)
+    graphdefs, stacked = zip(*(nnx.split(b) for b in blocks))
 
     def layer_fn(graphdef):
         def run(h, state, inputs):
-            out, _ = nnx.merge(graphdef, state)(h, inputs, None)
+            # the cast is inside the (rematerialised) layer: one block's kernels at a time
+            out, _ = nnx.merge(graphdef, _compute_copy(state, dtype))(h, inputs, None)
             return constrain(out)
         if remat is True or remat == "block":
             return remat_on_cotangent(run)
@@ -164,10 +150,10 @@ def scan_decoder_layers(layers: Sequence[nnx.Module], layer_types: Sequence[str]
 
     def block(h, block_states, inputs):
         for run, state in zip(runs, block_states):
-            h = run(h, state, inputs)
+            h = run(h, strip_layers_axis(state), inputs)
         return h
 
     if remat == "block":
         block = remat_on_cotangent(block)
-    h, _ = jax.lax.scan(lambda h, block_states: (block(h, block_states, inputs), None), h, stacked)
+    h, _ = jax.lax.scan(lambda h, block_states: (block(h, block_states, inputs), None), h, tuple(stacked))
     return h

@@ -39,6 +39,7 @@ LOGICAL_RULES: dict[str, MeshAxes] = {
     "linear_heads": "tensor",
     "conv_kernel": None,
     "norm": None,
+    "layers": None,  # the stacked axis of scan_layers params (model/stacked.py): each device holds every block
     # activations / batches
     "batch": ("data", "fsdp"),
     "length": None,

@@ -19,7 +19,9 @@ runs keep the plain device-side copy.
 
 `dtype` (e.g. bf16): the store publishes the params cast to this inference dtype instead (a new
 buffer per leaf, so it survives donation too): the samplers read half the bytes of the fp32
-master weights per decode step, and the copy costs half the memory.
+master weights per decode step, and the copy costs half the memory. A stacked trainer's params
+(scan_layers) are published in the per-layer layout the samplers run (the same one jit:
+`rl/sampler.py::inference_params`).
 """
 from __future__ import annotations
 
@@ -69,11 +71,12 @@ class PolicyStore:
 
     def publish(self, version: int, params: Any) -> None:
         """Store a copy of `params` as `version` (versions never go backwards)."""
-        if self.dtype is not None:
-            from reterm_jax.rl.sampler import cast_params
-            params = cast_params(params, self.dtype)  # already new buffers: no device copy needed
-        copied = host_local_copy(params) if self.local else \
-            params if self.dtype is not None else device_copy(params)
+        from reterm_jax.model.stacked import is_stacked
+        fresh = self.dtype is not None or is_stacked(params)
+        if fresh:
+            from reterm_jax.rl.sampler import inference_params
+            params = inference_params(params, self.dtype)  # already new buffers: no device copy needed
+        copied = host_local_copy(params) if self.local else params if fresh else device_copy(params)
         jax.block_until_ready(copied)  # the copy is done before the caller may donate the source
         with self._cond:
             if self._version is not None and version < self._version:

@@ -54,6 +54,7 @@ import numpy as np
 from flax import nnx, struct
 
 from reterm_jax.model.cache import Cache, cache_axes, init_cache, write_slots
+from reterm_jax.model.stacked import is_stacked, unstack_params
 from reterm_jax.parallel.rules import logical_to_sharding
 from reterm_jax.rl.sampling import SamplingParams, sampling_logprobs
 
@@ -110,6 +111,22 @@ def cast_params(params, dtype):
     return jax.tree.map(one, params)
 
 
+@partial(jax.jit, static_argnames="dtype")
+def _inference_copy(params, dtype):
+    return unstack_params(cast_params(params, dtype))
+
+
+def inference_params(params, dtype):
+    """The samplers' copy of a causal LM's params: floating leaves in `dtype` (None: as they
+    are) and in the per-layer layout (a stacked trainer's blocks sliced into layers in the same
+    jit, so only the result is allocated). New buffers when anything changes."""
+    if not is_stacked(params):
+        return cast_params(params, dtype)
+    if isinstance(params, nnx.State):
+        params = nnx.to_pure_dict(params)
+    return _inference_copy(params, None if dtype is None else jnp.dtype(dtype))
+
+
 # Tokens per model call when `extend` appends a long piece (a prefill of the failed history).
 PREFILL_CHUNK = 4096
 
@@ -147,8 +164,11 @@ class Sampler:
         # Decoding keeps no activations for a backward pass, so remat only costs time; and the
         # remat'd layer cannot update the cache inside generate's while_loop. The sampler runs
         # its own copy of the module structure with remat off (the caller's model is untouched).
+        # A stacked model (scan_layers) is sampled per layer: slicing the stacked weights inside the
+        # decode loop would copy them every step.
         copy = nnx.merge(graphdef, params)
         copy.model.remat = False
+        copy.model.set_scan_layers(False)
         self.graphdef, params = nnx.split(copy)
         self.param_dtype = None if param_dtype is None else jnp.dtype(param_dtype)
         self.params = cast_params(params, self.param_dtype)
@@ -172,8 +192,15 @@ class Sampler:
                                  static_argnames=("params", "width"), donate_argnums=donated)
 
     def update_params(self, model: nnx.Module) -> None:
-        """Take the current weights (after a training step); shapes must not change."""
-        self.params = cast_params(nnx.state(model), self.param_dtype)
+        """Take the current weights (after a training step); shapes must not change. A stacked
+        model's weights are taken per layer (inference_params)."""
+        state = nnx.state(model)
+        if not is_stacked(state):
+            self.params = cast_params(state, self.param_dtype)
+            return
+        params = jax.tree.map(lambda x: x, self.params)  # a new State over the same leaves
+        nnx.replace_by_pure_dict(params, inference_params(state, self.param_dtype))
+        self.params = params
 
     def _traced(self):
         """The mesh context calls trace under (the decoder's row constraints read it)."""

@@ -35,6 +35,7 @@ from flax import nnx
 from reterm_jax.cli import UserError
 from reterm_jax.data import load_tokenizer, special_ids
 from reterm_jax.data.tokenizer import resolve_tokenizer
+from reterm_jax.model.stacked import is_stacked, per_layer_graphdef, relayout_params
 from reterm_jax.parallel.mesh import make_mesh
 from reterm_jax.rl.harness import Limits
 from reterm_jax.rl.policy_store import PolicyStore, device_copy
@@ -257,20 +258,34 @@ def load_warm_start(path: str, config, mesh, abs_params, param_shardings):
     if _is_hf_dir(path):
         from reterm_jax.model.hf_io import load_pretrained
         model = load_pretrained(path, parse_dtype(config.model.dtype, "model.dtype"), mesh,
-                                param_dtype=parse_dtype(config.model.param_dtype, "model.param_dtype"))
+                                param_dtype=parse_dtype(config.model.param_dtype, "model.param_dtype"),
+                                scan_layers=is_stacked(abs_params))
         params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
     else:
         import orbax.checkpoint as ocp
         from reterm_jax.convert import find_params_dir
         params_dir = find_params_dir(path)
-        target = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abs_params,
-                              param_shardings)
+        want_stacked = is_stacked(abs_params)
+        read_abs, read_shardings = abs_params, param_shardings
         with ocp.StandardCheckpointer() as ckptr:
+            stored_stacked = is_stacked(ckptr.metadata(params_dir).item_metadata.tree)
+            if stored_stacked != want_stacked:  # written with the other model.scan_layers: read it as it is
+                other = config.model.copy_and_resolve_references()
+                other.scan_layers = stored_stacked
+                _, _, read_abs, read_shardings = abstract_params(other, mesh)
+            target = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), read_abs,
+                                  read_shardings)
             try:
                 params = ckptr.restore(params_dir, target)
             except (ValueError, KeyError) as e:
                 raise ValueError(f"init.checkpoint={path}: its params do not fit the configured model "
                                  f"(config.model must match the SFT run's): {e}") from e
+        if stored_stacked != want_stacked:
+            logging.info("init.checkpoint %s is %s: converting to the %s layout (model.scan_layers=%s)", path,
+                         "stacked" if stored_stacked else "per layer", "stacked" if want_stacked else "per-layer",
+                         want_stacked)
+            params = relayout_params(params, stacked=want_stacked, out_shardings=param_shardings,
+                                     period=len((abs_params if want_stacked else read_abs)["model"]["blocks"]))
     got = jax.tree.map(lambda x: tuple(x.shape), params)
     want = jax.tree.map(lambda x: tuple(x.shape), abs_params)
     if got != want:
@@ -422,7 +437,8 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
     # one process: the samplers' state is split over the trainer's mesh (rows over data x fsdp,
     # K/V heads over tensor); several processes sample on host-local copies (policy_store.py)
     sampler_mesh = mesh if mesh.size > 1 and jax.process_count() == 1 else None
-    sampler = Sampler(nnx.merge(graphdef, store.latest()[1]), stop_ids=[i for i in ids.stop if i < vocab],
+    # the store publishes per layer (a stacked trainer's params too): the samplers' module structure
+    sampler = Sampler(nnx.merge(per_layer_graphdef(graphdef, abs_params), store.latest()[1]), stop_ids=[i for i in ids.stop if i < vocab],
                       pad_id=ids.pad if ids.pad < vocab else 0, max_length=config.rollout.cache_length,
                       mesh=sampler_mesh)
     n_workers = config.rollout.workers

@@ -9,6 +9,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from reterm_jax.model.stacked import per_layer_ndim
+
 
 def lr_schedule(cfg) -> optax.Schedule:
     """cfg: ConfigDict with lr, warmup_steps, decay_steps, end_lr_ratio (fraction of lr at the end)."""
@@ -23,7 +25,9 @@ def lr_schedule(cfg) -> optax.Schedule:
 
 
 def _decay_mask(params):
-    return jax.tree.map(lambda p: p.ndim >= 2, params)
+    """Weight decay on matrices only (not norms, biases, A_log, dt_bias), judged by the rank a
+    param has per layer: a stacked layer param (scan_layers) has one more axis."""
+    return jax.tree_util.tree_map_with_path(lambda path, p: per_layer_ndim(path, p) >= 2, params)
 
 
 def make_optimizer(cfg) -> tuple[optax.GradientTransformation, optax.Schedule]:

@@ -88,9 +88,10 @@ def abstract_params(cfg, mesh: Mesh):
     config = model_config(cfg)
     dtype = parse_dtype(cfg.dtype, "model.dtype")
     param_dtype = parse_dtype(cfg.param_dtype, "model.param_dtype")
-    abstract = abstract_model(config, dtype, param_dtype)
+    # scan_layers: the layers stored stacked by block and run as a lax.scan (compile time, no
+    # per-step stacked copy); it changes the param tree (model/stacked.py)
+    abstract = abstract_model(config, dtype, param_dtype, scan_layers=bool(cfg.get("scan_layers", False)))
     abstract.model.remat = remat_policy(cfg.remat)  # static module structure: goes in the graphdef
-    abstract.model.scan_layers = bool(cfg.get("scan_layers", False))  # scan blocks of layers (compile time)
     abstract.logits_chunk = int(cfg.get("logits_chunk", abstract.logits_chunk))  # LM head in chunks (losses)
     set_attention_impl(abstract, cfg.get("attention_impl", "auto"))  # flash | reference (static)
     set_delta_group_tokens(abstract, cfg.get("delta_group_tokens", GROUP_TOKENS))  # delta rule in groups (static)
@@ -104,12 +105,14 @@ def init_params(cfg, config: Qwen3_5Config, mesh: Mesh, shardings, *, seed: int)
     by a jit with out_shardings (each device builds only its own slice)."""
     dtype = parse_dtype(cfg.dtype, "model.dtype")
     param_dtype = parse_dtype(cfg.param_dtype, "model.param_dtype")
+    scan = bool(cfg.get("scan_layers", False))
     if cfg.hf_path:
-        model = load_pretrained(cfg.hf_path, dtype, mesh, param_dtype=param_dtype)
+        model = load_pretrained(cfg.hf_path, dtype, mesh, param_dtype=param_dtype, scan_layers=scan)
         return nnx.to_pure_dict(nnx.state(model, nnx.Param))
 
     def init():
-        model = Qwen3_5ForCausalLM(config, dtype=dtype, param_dtype=param_dtype, rngs=nnx.Rngs(seed))
+        model = Qwen3_5ForCausalLM(config, dtype=dtype, param_dtype=param_dtype, scan_layers=scan,
+                                   rngs=nnx.Rngs(seed))
         return nnx.to_pure_dict(nnx.state(model, nnx.Param))
     with nnx.use_eager_sharding(False):
         return jax.jit(init, out_shardings=shardings)()
