@@ -125,11 +125,13 @@ def estimate(cfg, n_devices: int, *, rollout_batch: int = 0, rollout_len: int = 
     heads = (1 if config.tie_word_embeddings else 2) * _split(config.vocab_size, tp) * config.hidden_size * 4
     grad_bytes += heads
     # scan_layers: the params are stored stacked (model/stacked.py), so the scan slices them in
-    # place and its gradient is the gradient; what remains is one block's kernels cast to the
-    # compute dtype inside the body (model/scan.py)
+    # place and its gradient is the gradient. What the body holds per block: the block's params
+    # gathered over fsdp, their compute-dtype cast, and their gradient before it is reduce-scattered
+    # (model/scan.py)
     layer_elems = elems - heads / 4 / sizes["fsdp"]
     n_blocks = len(config.layer_types) // block_period(config.layer_types) if scan_layers else 1
-    scan_copy = layer_elems / n_blocks * dtype.itemsize if scan_layers else 0
+    scan_copy = (layer_elems / n_blocks * sizes["fsdp"] * (2 * param_dtype.itemsize + dtype.itemsize)
+                 if scan_layers else 0)
 
     # activations of one micro-batch on one device
     n_dp = sizes["data"] * sizes["fsdp"]
@@ -392,8 +394,8 @@ def report(cfg, n_devices: int, est: dict, hbm: float, compiled: dict | None = N
              f"  optimizer state  {gb(est['optimizer'])}   (Adam mu/nu, mu_dtype={cfg.optim.get('mu_dtype') or 'params'})",
              f"  gradients        {gb(est['gradients'])}   (fp32 accumulator + one micro-batch + "
              "unreduced embedding/head)",
-             f"  scan block       {gb(est['scan_copy'])}   (one block's kernels in the compute dtype; the params "
-             "are stored stacked)",
+             f"  scan block       {gb(est['scan_copy'])}   (one block's params gathered over fsdp, cast to the "
+             "compute dtype, and their gradient; the params are stored stacked)",
              f"  activations      {gb(est['activations'])}   (saved {est['saved'] / GB:.2f} + working "
              f"{est['working'] / GB:.2f})",
              f"  logits           {gb(est['logits'])}   (fp32 logits, softmax, gradient; one head chunk)",
