@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from reterm_jax.model.cache import AttentionCache, write_slots
+from reterm_jax.model.cache import ATTENTION_AXES, AttentionCache, write_slots
 from reterm_jax.model.config import Qwen3_5Config
 from reterm_jax.model.norms import RMSNorm, stat_dtype
 from reterm_jax.model.params import dense
@@ -201,8 +201,8 @@ class GatedAttention(nnx.Module):
         if cache is None:
             out = self_attention(q, k, v, segment_ids, d ** -0.5, self.attention_impl)
         else:
-            keys = write_slots(cache.keys, k, index)
-            values = write_slots(cache.values, v, index)
+            keys = write_slots(cache.keys, k, index, ATTENTION_AXES.keys)
+            values = write_slots(cache.values, v, index, ATTENTION_AXES.values)
             cache = AttentionCache(keys=keys, values=values)
             q_slots = index[:, None] + jnp.arange(t)
             out = cache_attention(q, keys, values, segment_ids, q_slots, kv_segments, jnp.max(index) + t,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import struct
+from jax.sharding import PartitionSpec as P
 
 from reterm_jax.model.config import FULL_ATTENTION, Qwen3_5Config
 
@@ -59,14 +60,49 @@ ATTENTION_AXES = AttentionCache(keys=("batch", None, "kv_heads", None), values=(
 DELTANET_AXES = DeltaNetCache(conv=("batch", None, "linear_qkv"), state=("batch", "linear_heads", None, None))
 
 
-def write_slots(buffer: jax.Array, values: jax.Array, index: jax.Array) -> jax.Array:
+def write_slots(buffer: jax.Array, values: jax.Array, index: jax.Array, axes=None) -> jax.Array:
     """`buffer` [B, L, ...] with row b's values[b] ([T, ...]) written at slots index[b] + [0, T);
-    slots at or past L are dropped (not clamped back onto written slots)."""
-    t = values.shape[1]
+    slots at or past L are dropped (not clamped back onto written slots).
 
-    def row(buf, val, start):
-        return buf.at[start + jnp.arange(t)].set(val.astype(buf.dtype), mode="drop")
-    return jax.vmap(row)(buffer, values, index)
+    axes: the buffer's logical axis names (e.g. ATTENTION_AXES.keys). Under a mesh context each
+    device then writes its own rows (a shard_map over the specs the rules table gives), so the
+    write moves no data between devices.
+
+    Each row is one `dynamic_update_slice` of a T-slot window (merged with the slots already
+    there by a gather), not a scatter: XLA updates the buffer in place either way on
+    accelerators, but XLA:CPU runs a bf16 scatter on an fp32 copy of the whole buffer (1.07 GB
+    of temp per 4-row, 262k-slot K buffer of the 9B; 0 this way), and that is the backend whose
+    memory analysis `plan --compile` reports. A row whose window would cross the end writes the
+    window that ends at L and keeps the slots before index[b]: the same drop semantics."""
+    t, length = values.shape[1], buffer.shape[1]
+    if t > length:  # more new slots than the buffer holds: only a scatter drops the excess
+        def row(buf, val, start):
+            return buf.at[start + jnp.arange(t)].set(val.astype(buf.dtype), mode="drop")
+        return jax.vmap(row)(buffer, values, index)
+    index = jnp.asarray(index, jnp.int32)
+    mesh = jax.sharding.get_abstract_mesh()
+    if axes is None or mesh.empty:
+        return _write_rows(buffer, values, index)
+    from reterm_jax.parallel.rules import logical_to_spec
+    spec = logical_to_spec(axes, mesh, shape=buffer.shape)
+    specs = (spec, P(spec[0], None, *spec[2:]), P(spec[0]))
+    return jax.shard_map(_write_rows, mesh=mesh, in_specs=specs, out_specs=spec)(buffer, values, index)
+
+
+def _write_rows(buffer: jax.Array, values: jax.Array, index: jax.Array) -> jax.Array:
+    """write_slots on one device's rows: a window write per row (B static and small)."""
+    t, length = values.shape[1], buffer.shape[1]
+    values = values.astype(buffer.dtype)
+    slots = jnp.arange(t)
+    for r in range(buffer.shape[0]):
+        start = jnp.clip(index[r], 0, length - t)  # where dynamic_update_slice would clamp to
+        corner = (r, start) + (0,) * (buffer.ndim - 2)
+        window = jax.lax.dynamic_slice(buffer, corner, (1, t) + buffer.shape[2:])[0]
+        offset = start + slots - index[r]  # window slot j takes values[r, offset[j]] when in [0, T)
+        pick = jnp.where((offset >= 0) & (offset < t), t + jnp.clip(offset, 0, t - 1), slots)
+        window = jnp.take(jnp.concatenate([window, values[r]], axis=0), pick, axis=0, mode="clip")
+        buffer = jax.lax.dynamic_update_slice(buffer, window[None], corner)
+    return buffer
 
 
 def cache_axes(cache: Cache) -> Cache:

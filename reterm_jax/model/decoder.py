@@ -164,7 +164,7 @@ class TextModel(nnx.Module):
         inputs = LayerInputs(cos=cos, sin=sin, segment_ids=segment_ids,
                              reset=segment_starts(segment_ids, last_segment))
         if cache is not None:
-            kv_segments = write_slots(cache.segment_ids, segment_ids, cache.index)
+            kv_segments = write_slots(cache.segment_ids, segment_ids, cache.index, ("batch", None))
             inputs = inputs.replace(index=cache.index, kv_segments=kv_segments)
 
         h = constrain_rows(self.embed_tokens(input_ids))

@@ -389,7 +389,7 @@ def _extend(graphdef, constrain, params, state: SamplerState, ids, seg) -> Sampl
     width = ids.shape[1]
     positions = cache.next_position[:, None] + jnp.cumsum(seg != 0, axis=1) - 1
     positions = jnp.where(seg != 0, positions, 0)
-    tokens = write_slots(state.tokens, ids, cache.index)
+    tokens = write_slots(state.tokens, ids, cache.index, ("batch", None))
     model, hidden, cache = _forward(graphdef, params, ids, positions, seg, cache)
     # Only each row's last real token needs logits (the full [B, T, V] is large at 248K vocab).
     last = jnp.max(jnp.where(seg != 0, jnp.arange(width), -1), axis=1)
@@ -438,7 +438,7 @@ def _generate(graphdef, stop_ids, pad_id, constrain, params_tree, state: Sampler
         # Feed the token (stop tokens too) so the cache ends exactly after the sampled text.
         seg = jnp.where(running, ROW_SEGMENT, 0)[:, None].astype(jnp.int32)
         pos = jnp.where(running, st.cache.next_position, 0)[:, None]
-        tokens = write_slots(st.tokens, tok[:, None], st.cache.index)
+        tokens = write_slots(st.tokens, tok[:, None], st.cache.index, ("batch", None))
         model, hidden, cache = _forward(graphdef, params_tree, tok[:, None], pos, seg, st.cache)
         logits = model.logits(hidden)[:, 0]
         st = constrain(SamplerState(cache=cache, tokens=tokens,
