@@ -90,18 +90,22 @@ def write_slots(buffer: jax.Array, values: jax.Array, index: jax.Array, axes=Non
 
 
 def _write_rows(buffer: jax.Array, values: jax.Array, index: jax.Array) -> jax.Array:
-    """write_slots on one device's rows: a window write per row (B static and small)."""
+    """write_slots on one device's rows: every row's T-slot window is read (one batched
+    dynamic slice) and merged first, then written with one dynamic_update_slice per row (B is
+    static and small). Reading all windows before any write keeps the writes independent: XLA
+    then updates the buffer in place, one window at a time."""
     t, length = values.shape[1], buffer.shape[1]
-    values = values.astype(buffer.dtype)
     slots = jnp.arange(t)
+    start = jnp.clip(index, 0, length - t)  # [B]: where dynamic_update_slice would clamp to
+    zeros = (0,) * (buffer.ndim - 2)
+    windows = jax.vmap(lambda row, s: jax.lax.dynamic_slice(row, (s,) + zeros, (t,) + buffer.shape[2:]))(
+        buffer, start)
+    offset = start[:, None] + slots - index[:, None]  # window slot j takes values[r, offset[r, j]] when in [0, T)
+    pick = jnp.where((offset >= 0) & (offset < t), t + jnp.clip(offset, 0, t - 1), slots)
+    merged = jnp.take_along_axis(jnp.concatenate([windows, values.astype(buffer.dtype)], axis=1),
+                                 pick.reshape(pick.shape + (1,) * (buffer.ndim - 2)), axis=1, mode="clip")
     for r in range(buffer.shape[0]):
-        start = jnp.clip(index[r], 0, length - t)  # where dynamic_update_slice would clamp to
-        corner = (r, start) + (0,) * (buffer.ndim - 2)
-        window = jax.lax.dynamic_slice(buffer, corner, (1, t) + buffer.shape[2:])[0]
-        offset = start + slots - index[r]  # window slot j takes values[r, offset[j]] when in [0, T)
-        pick = jnp.where((offset >= 0) & (offset < t), t + jnp.clip(offset, 0, t - 1), slots)
-        window = jnp.take(jnp.concatenate([window, values[r]], axis=0), pick, axis=0, mode="clip")
-        buffer = jax.lax.dynamic_update_slice(buffer, window[None], corner)
+        buffer = jax.lax.dynamic_update_slice(buffer, merged[r][None], (r, start[r]) + zeros)
     return buffer
 
 
