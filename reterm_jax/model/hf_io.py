@@ -191,7 +191,7 @@ def _load_tensor(reader: st.CheckpointReader, names: Sequence[str], perm, shape,
     cache: dict = {}
     row_cache: dict = {}
 
-    def read_one(name, index, entry_shape):
+    def read_one(name, index):
         hf_index = list(index) if perm is None else _to_hf_order(index, perm)
         if not hf_index:
             part = reader.read(name)
@@ -209,9 +209,10 @@ def _load_tensor(reader: st.CheckpointReader, names: Sequence[str], perm, shape,
         key = tuple((s.start, s.stop, s.step) for s in index)
         if key not in cache:
             if stacked:
-                part = np.stack([read_one(names[k], index[1:], shape[1:]) for k in range(*index[0].indices(shape[0]))])
+                entries = range(*index[0].indices(shape[0]))
+                part = np.stack([read_one(names[k], index[1:]) for k in entries])
             else:
-                part = read_one(names[0], index, shape)
+                part = read_one(names[0], index)
             cache[key] = np.ascontiguousarray(part)
         return cache[key]
 

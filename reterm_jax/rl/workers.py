@@ -35,9 +35,9 @@ from typing import Any, Protocol, runtime_checkable
 import jax
 from flax import nnx
 
+from reterm_jax.model.stacked import is_stacked
 from reterm_jax.rl import harness
 from reterm_jax.rl.groups import Group
-from reterm_jax.model.stacked import is_stacked
 from reterm_jax.rl.sampler import Sampler, inference_params
 from reterm_jax.rl.sampling import SamplingParams
 from reterm_jax.rl.trajectory import Trajectory
