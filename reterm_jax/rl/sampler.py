@@ -195,12 +195,19 @@ class Sampler:
         """Take the current weights (after a training step); shapes must not change. A stacked
         model's weights are taken per layer (inference_params)."""
         state = nnx.state(model)
-        if not is_stacked(state):
-            self.params = cast_params(state, self.param_dtype)
-            return
-        params = jax.tree.map(lambda x: x, self.params)  # a new State over the same leaves
-        nnx.replace_by_pure_dict(params, inference_params(state, self.param_dtype))
-        self.params = params
+        self.params = (self.as_params(inference_params(state, self.param_dtype)) if is_stacked(state)
+                       else cast_params(state, self.param_dtype))
+
+    def as_params(self, params) -> nnx.State:
+        """`params` as a State like `self.params`: an nnx.State of this sampler's structure as is,
+        or a pure dict (the trainer's; a stacked one is sliced into layers first, a copy)."""
+        if isinstance(params, nnx.State) and not is_stacked(params):
+            return params
+        if is_stacked(params):
+            params = inference_params(params, None)
+        state = jax.tree.map(lambda x: x, self.params)  # a new State over the same leaves
+        nnx.replace_by_pure_dict(state, params)
+        return state
 
     def _traced(self):
         """The mesh context calls trace under (the decoder's row constraints read it)."""

@@ -33,12 +33,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import jax
-from flax import nnx
 
-from reterm_jax.model.stacked import is_stacked
 from reterm_jax.rl import harness
 from reterm_jax.rl.groups import Group
-from reterm_jax.rl.sampler import Sampler, inference_params
+from reterm_jax.rl.sampler import Sampler
 from reterm_jax.rl.sampling import SamplingParams
 from reterm_jax.rl.trajectory import Trajectory
 
@@ -58,14 +56,7 @@ def sampler_with(sampler: Sampler, params: Any) -> Sampler:
     s = copy.copy(sampler)
     if params is None:
         return s
-    if isinstance(params, nnx.State) and not is_stacked(params):
-        s.params = params
-    else:
-        if is_stacked(params):  # a stacked trainer's tree: the samplers run per layer (a copy)
-            params = inference_params(params, None)
-        state = jax.tree.map(lambda x: x, sampler.params)  # a new State over the same leaves
-        nnx.replace_by_pure_dict(state, params)
-        s.params = state
+    s.params = sampler.as_params(params)
     return s
 
 
