@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 from train_test_utils import ROOT
+from xla_env import with_test_flags
 
 
 def free_port() -> int:
@@ -21,7 +22,7 @@ def process_env(devices: int, **extra) -> dict:
     """This environment minus any launcher's variables, on `devices` fake CPU devices."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RETERM_COORDINATOR", "RETERM_NUM_PROCESSES",
                                                                    "RETERM_PROCESS_ID", "SLURM_", "OMPI_"))}
-    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=with_test_flags(f"--xla_force_host_platform_device_count={devices}"),
                JAX_DEFAULT_MATMUL_PRECISION="highest", PYTHONPATH=ROOT, **extra)
     return env
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from reterm_jax.model.cache import write_slots
+from xla_env import with_test_flags
 
 
 def _reference(buffer, values, index):
@@ -66,7 +67,7 @@ def test_sharded_write_is_per_device_and_in_place():
     import subprocess
     import sys
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu",
+    env = dict(os.environ, XLA_FLAGS=with_test_flags("--xla_force_host_platform_device_count=8"), JAX_PLATFORMS="cpu",
                PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run([sys.executable, "-c", _SHARDED], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -18,6 +18,7 @@ from reterm_jax.rl.sampling import SamplingParams
 from reterm_jax.train.grpo_step import accumulate_grpo_gradients, check_sampling, make_grpo_step
 from reterm_jax.train.state import create_train_state, replicated, train_state_shardings
 from train_test_utils import ROOT
+from xla_env import with_test_flags
 
 sys.path.insert(0, os.path.join(ROOT, "configs"))
 
@@ -363,7 +364,7 @@ def test_grpo_on_four_devices_samples_on_the_trainers_mesh(tmp_path):
     import json
     import subprocess
     script = _SHARDED_GRPO.format(tests=os.path.join(ROOT, "tests"), workdir=str(tmp_path / "run"))
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=with_test_flags("--xla_force_host_platform_device_count=4"))
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]

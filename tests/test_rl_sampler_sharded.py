@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+from xla_env import with_test_flags
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _SCRIPT = r"""
@@ -62,7 +64,7 @@ print("RESULT" + json.dumps(out))
 
 
 def test_sharded_sampler_matches_one_device_and_keeps_the_cache_split():
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=with_test_flags("--xla_force_host_platform_device_count=8"))
     proc = subprocess.run([sys.executable, "-c", _SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -15,6 +15,7 @@ import pytest
 from reterm_jax.model.attention import causal_block_attention, resolve_attention_impl
 from reterm_jax.model.splash_attention import splash_attention
 from test_flash_attention import assert_model_matches_reference_attention, make_case
+from xla_env import with_test_flags
 
 TOL = 1e-5
 CASES = [(1, "causal", 2), (129, "packed", 4), (300, "left_pad", 1), (600, "packed", 2), (200, "causal", 8)]
@@ -84,7 +85,7 @@ SHARDED = textwrap.dedent("""
 
 
 def test_splash_runs_per_device_under_a_mesh():
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4",
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=with_test_flags("--xla_force_host_platform_device_count=4"),
                PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]))
     r = subprocess.run([sys.executable, "-c", SHARDED], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from train_test_utils import ROOT, small_config, write_rows
+from xla_env import with_test_flags
 
 STEPS = 4
 OVERRIDES = ["--config.data.seq_len=1024", f"--config.train.steps={STEPS}", "--config.train.batch_size=4",
@@ -126,7 +127,7 @@ print("LOSSES" + json.dumps(train(c, {workdir!r})["losses"]))
 def test_eight_devices_give_the_same_losses(cli_run):
     script = _EIGHT_DEVICES.format(tests=os.path.join(ROOT, "tests"), data=cli_run["data"], steps=STEPS,
                                    workdir=str(cli_run["tmp"] / "eight"))
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=with_test_flags("--xla_force_host_platform_device_count=8"))
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
