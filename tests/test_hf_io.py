@@ -23,6 +23,7 @@ from hf_reference import VOCAB, build_hf_model, hf_logits, save_hf_model
 from reterm_jax.model import safetensors_io as st
 from reterm_jax.model.hf_io import abstract_model, hf_name, load_pretrained, save_pretrained
 from reterm_jax.model.config import Qwen3_5Config
+from xla_env import with_test_flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IDS = np.random.default_rng(0).integers(0, VOCAB, size=(2, 11))
@@ -275,7 +276,7 @@ _SHARDED_SCRIPT = textwrap.dedent("""
 
 def test_sharded_load_onto_8_device_mesh(bf16_mm, tmp_path):
     _, src = bf16_mm
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+    env = dict(os.environ, XLA_FLAGS=with_test_flags("--xla_force_host_platform_device_count=8"),
                JAX_PLATFORMS="cpu", JAX_DEFAULT_MATMUL_PRECISION="highest",
                PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run([sys.executable, "-c", _SHARDED_SCRIPT, src, json.dumps(IDS.tolist()),
@@ -358,12 +359,16 @@ def test_stacked_layout_loads_and_exports_hf_names(tmp_path):
     assert got["model"]["blocks"][3]["self_attn"]["q_proj"]["kernel"].shape[0] == 2
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    ref = hf_logits(copy.deepcopy(hf).float(), IDS)
-    np.testing.assert_allclose(our_logits(stacked), ref, atol=1e-4, rtol=1e-4)
+    # the scan runs the loop's ops: equal to the per-layer model (whose parity with transformers
+    # the tests above check) up to XLA's fusion; against transformers' fp32 itself, the fp32 parity
+    # bound of tests/test_model_parity.py (its 3e-4 floor: 1.1e-4 was seen here on an AMD EPYC)
+    logits = our_logits(stacked)
+    np.testing.assert_allclose(logits, our_logits(per_layer), atol=2e-5, rtol=0)
+    np.testing.assert_allclose(logits, hf_logits(copy.deepcopy(hf).float(), IDS), atol=3e-4, rtol=0)
     out = str(tmp_path / "export")
     save_pretrained(stacked, out, source=src)
     assert raw_tensors(out) == raw_tensors(src)
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+    env = dict(os.environ, XLA_FLAGS=with_test_flags("--xla_force_host_platform_device_count=8"),
                JAX_PLATFORMS="cpu", JAX_DEFAULT_MATMUL_PRECISION="highest",
                PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run([sys.executable, "-c", _STACKED_SCRIPT, src, json.dumps(IDS.tolist()),
