@@ -48,6 +48,14 @@ def _models(remat=False):
     return loop, scan
 
 
+@pytest.fixture(scope="module")
+def reference():
+    """The per-layer model without remat on the packed batch: (loss, logits), gradients. Every
+    remat variant below must give these (the loop's own remat: tests/test_model_grad.py)."""
+    loop, _ = _models(False)
+    return nnx.jit(nnx.value_and_grad(_loss, has_aux=True))(loop, *_packed_batch())
+
+
 def _assert_same_grads(g_ref, g, rtol=1e-4):
     ref, got = _flat(g_ref), _flat(g)
     assert list(ref) == list(got)
@@ -93,14 +101,12 @@ def test_block_period():
 
 
 @pytest.mark.parametrize("remat", [False, True, "block"], ids=["plain", "remat", "block_remat"])
-def test_scan_equals_loop_logits_and_grads(remat):
+def test_scan_equals_loop_logits_and_grads(remat, reference):
     """remat=True recomputes each layer (remat_on_cotangent); "block" recomputes each block and
-    then its layers. The loop has no blocks: there "block" is per-layer remat."""
-    loop, scan = _models(remat)
-    batch = _packed_batch()
-    grad_fn = nnx.jit(nnx.value_and_grad(_loss, has_aux=True))
-    (l_loop, logits_loop), g_loop = grad_fn(loop, *batch)
-    (l_scan, logits_scan), g_scan = grad_fn(scan, *batch)
+    then its layers. Each equals the loop without remat."""
+    (l_loop, logits_loop), g_loop = reference
+    _, scan = _models(remat)
+    (l_scan, logits_scan), g_scan = nnx.jit(nnx.value_and_grad(_loss, has_aux=True))(scan, *_packed_batch())
     np.testing.assert_allclose(np.asarray(logits_scan), np.asarray(logits_loop), rtol=0, atol=1e-5)
     np.testing.assert_allclose(float(l_scan), float(l_loop), rtol=1e-6)
     assert "blocks" in g_scan["model"] and "layers" not in g_scan["model"]  # the gradient comes out stacked
@@ -187,16 +193,15 @@ def test_row_constraint_under_a_mesh_changes_nothing():
     np.testing.assert_allclose(constrained, plain, rtol=0, atol=1e-6)
 
 
-def test_attention_remat_policy_keeps_flash_outputs_and_the_gradients():
+def test_attention_remat_policy_keeps_flash_outputs_and_the_gradients(reference):
     """model.remat=attention: full remat, except that flash attention's output and log-sum-exp are
     saved, so the backward does not run the attention forward again. Same logits and gradients as
     no remat, looped and scanned; the named residuals are what is saved (and only with it)."""
     from reterm_jax.train.state import remat_policy
-    plain, _ = _models(False)
+    (_, logits_ref), g_ref = reference
     loop, scan = _models(remat_policy("attention"))
     batch = _packed_batch()
     grad_fn = nnx.jit(nnx.value_and_grad(_loss, has_aux=True))
-    (_, logits_ref), g_ref = grad_fn(plain, *batch)
     for model in (loop, scan):
         (_, logits), g = grad_fn(model, *batch)
         np.testing.assert_allclose(np.asarray(logits), np.asarray(logits_ref), rtol=0, atol=1e-5)
