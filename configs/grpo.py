@@ -72,6 +72,8 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c.rollout.workers = 1           # background rollout threads (0: sample inline, in the train loop)
     c.rollout.param_dtype = ""      # the samplers' weights: "" = the trainer's params as they are (fp32),
     #                                 "bfloat16": a bf16 copy per policy version (half the bytes per decode step)
+    c.rollout.kv_cache_dtype = ""   # the samplers' K/V cache: "" = the compute dtype; "float8_e4m3fn" halves
+    #                                 a bf16 cache (values rounded to fp8, no scales; docs/plan.md)
     c.rollout.engine = "lockstep"   # how a group's G attempts share the sampler: "lockstep" (a turn at a time,
     #                                 rows wait for the slowest tool call) or "continuous" (slots: a row waiting
     #                                 on its sandbox pauses while the others decode; rl/continuous.py)

@@ -160,8 +160,9 @@ def estimate(cfg, n_devices: int, *, rollout_batch: int = 0, rollout_len: int = 
         workers = max(1, cfg.rollout.workers)
         per_worker = math.ceil(rollout_batch / workers)
         split = next((d for d in (sizes["data"] * sizes["fsdp"], sizes["data"]) if per_worker % d == 0), 1)
+        kv = jnp.dtype(cfg.rollout.get("kv_cache_dtype") or dtype).itemsize
         out["rollout_cache"] = workers * rollout_cache_bytes(config, per_worker // split, rollout_len,
-                                                             dtype.itemsize, tp) if rollout_batch else 0
+                                                             dtype.itemsize, tp, kv) if rollout_batch else 0
         out["grpo_total"] = out["train_total"] + out["policy_copy"] + out["reference"] + out["rollout_cache"]
     elif rollout_batch:
         out["rollout_cache"] = rollout_cache_bytes(config, math.ceil(rollout_batch / n_dp), rollout_len,
@@ -284,12 +285,15 @@ def activation_bytes(config: Qwen3_5Config, rows: int, seq: int, c: int, tp: int
     return dict(activations=saved + working, saved=saved, working=working, logits=logits)
 
 
-def rollout_cache_bytes(config: Qwen3_5Config, rows: int, length: int, c: int, tp: int) -> float:
+def rollout_cache_bytes(config: Qwen3_5Config, rows: int, length: int, c: int, tp: int,
+                        kv: int | None = None) -> float:
     """Generation cache of `rows` sequences of `length` tokens (model/cache.py): K/V per attention
-    layer, conv window (compute dtype) + fp32 state per DeltaNet layer, slot segment ids."""
+    layer (`kv` bytes a value, default the compute dtype's `c`), conv window (compute dtype) +
+    fp32 state per DeltaNet layer, slot segment ids."""
+    kv_bytes = c if kv is None else kv
     n_attn = sum(t == FULL_ATTENTION for t in config.layer_types)
     n_delta = config.num_hidden_layers - n_attn
-    kv = 2 * length * _split(config.num_key_value_heads, tp) * config.head_dim * c
+    kv = 2 * length * _split(config.num_key_value_heads, tp) * config.head_dim * kv_bytes
     delta = ((config.linear_conv_kernel_dim - 1) * _split(config.linear_conv_dim, tp) * c
              + _split(config.linear_num_value_heads, tp) * config.linear_key_head_dim
              * config.linear_value_head_dim * 4)
@@ -406,7 +410,7 @@ def report(cfg, n_devices: int, est: dict, hbm: float, compiled: dict | None = N
                   f"  reference model  {gb(est['reference'])}   (frozen warm start; 0 when loss.kl_coef = 0)",
                   f"  rollout caches   {gb(est['rollout_cache'])}   ({est['rollout_rows']} rows x "
                   f"{cfg.rollout.cache_length} tokens over {max(1, cfg.rollout.workers)} worker(s); rows over "
-                  "data x fsdp, K/V heads over tensor)",
+                  f"data x fsdp, K/V heads over tensor; K/V in {cfg.rollout.get('kv_cache_dtype') or cfg.model.dtype})",
                   f"  GRPO total       {gb(est['grpo_total'])}   of {hbm / GB:.0f} GB HBM "
                   f"({100 * est['grpo_total'] / hbm:.0f}%){'  DOES NOT FIT' if est['grpo_total'] > hbm else ''}"]
     elif "rollout_cache" in est:

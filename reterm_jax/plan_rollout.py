@@ -45,7 +45,8 @@ def _abstract_sampler(cfg, mesh):
     dtype = cfg.rollout.get("param_dtype") or None
     # donate=True: the accelerator's behaviour (the state's buffers are reused in place)
     sampler = Sampler(nnx.merge(graphdef, params), stop_ids=(0,), pad_id=0, max_length=int(cfg.rollout.cache_length),
-                      mesh=mesh, param_dtype=dtype, donate=True)
+                      mesh=mesh, param_dtype=dtype, donate=True,
+                      kv_cache_dtype=cfg.rollout.get("kv_cache_dtype") or None)
     return sampler
 
 

@@ -15,6 +15,11 @@ rows of one batch never pad in lockstep. A left-padded prompt (segment 0 first) 
 the full T; its pad slots stay masked. Each row's DeltaNet state and conv window continue from
 its last real token either way.
 
+K/V may be stored narrower than the compute dtype (`init_cache(..., kv_dtype=)`, e.g.
+float8_e4m3fn: half a bf16 cache's bytes, like vLLM's `kv_cache_dtype=fp8` without scales):
+values are clipped to the dtype's finite range and rounded when written (`to_cache_dtype`) and
+read back in the compute dtype by the attention over the cache.
+
 Shapes are static. Slots past `max_length` are dropped (scatter mode "drop"), never clamped
 onto earlier slots, and `index` stops at `max_length`; a real token past the end is lost
 without an error under jit, so callers check the room first (the sampler does, per row).
@@ -31,7 +36,7 @@ from reterm_jax.model.config import FULL_ATTENTION, Qwen3_5Config
 
 @struct.dataclass
 class AttentionCache:
-    keys: jax.Array    # [B, L, Nkv, D], compute dtype, RoPE already applied
+    keys: jax.Array    # [B, L, Nkv, D], compute dtype or kv_dtype, RoPE already applied
     values: jax.Array  # [B, L, Nkv, D]
 
 
@@ -60,6 +65,18 @@ ATTENTION_AXES = AttentionCache(keys=("batch", None, "kv_heads", None), values=(
 DELTANET_AXES = DeltaNetCache(conv=("batch", None, "linear_qkv"), state=("batch", "linear_heads", None, None))
 
 
+def to_cache_dtype(values: jax.Array, dtype) -> jax.Array:
+    """`values` rounded to the cache's dtype; a float8 dtype first clips to its finite range (its
+    largest value stands in for anything beyond; an e4m3fn overflow would be NaN)."""
+    dtype = jnp.dtype(dtype)
+    if values.dtype == dtype:
+        return values
+    if jnp.issubdtype(dtype, jnp.floating) and dtype.itemsize == 1:
+        big = float(jnp.finfo(dtype).max)
+        values = jnp.clip(values, -big, big)
+    return values.astype(dtype)
+
+
 def write_slots(buffer: jax.Array, values: jax.Array, index: jax.Array, axes=None) -> jax.Array:
     """`buffer` [B, L, ...] with row b's values[b] ([T, ...]) written at slots index[b] + [0, T);
     slots at or past L are dropped (not clamped back onto written slots).
@@ -77,7 +94,7 @@ def write_slots(buffer: jax.Array, values: jax.Array, index: jax.Array, axes=Non
     t, length = values.shape[1], buffer.shape[1]
     if t > length:  # more new slots than the buffer holds: only a scatter drops the excess
         def row(buf, val, start):
-            return buf.at[start + jnp.arange(t)].set(val.astype(buf.dtype), mode="drop")
+            return buf.at[start + jnp.arange(t)].set(to_cache_dtype(val, buf.dtype), mode="drop")
         return jax.vmap(row)(buffer, values, index)
     index = jnp.asarray(index, jnp.int32)
     mesh = jax.sharding.get_abstract_mesh()
@@ -102,7 +119,7 @@ def _write_rows(buffer: jax.Array, values: jax.Array, index: jax.Array) -> jax.A
         buffer, start)
     offset = start[:, None] + slots - index[:, None]  # window slot j takes values[r, offset[r, j]] when in [0, T)
     pick = jnp.where((offset >= 0) & (offset < t), t + jnp.clip(offset, 0, t - 1), slots)
-    merged = jnp.take_along_axis(jnp.concatenate([windows, values.astype(buffer.dtype)], axis=1),
+    merged = jnp.take_along_axis(jnp.concatenate([windows, to_cache_dtype(values, buffer.dtype)], axis=1),
                                  pick.reshape(pick.shape + (1,) * (buffer.ndim - 2)), axis=1, mode="clip")
     for r in range(buffer.shape[0]):
         buffer = jax.lax.dynamic_update_slice(buffer, merged[r][None], (r, start[r]) + zeros)
@@ -116,13 +133,16 @@ def cache_axes(cache: Cache) -> Cache:
                  next_position=("batch",))
 
 
-def init_cache(config: Qwen3_5Config, batch_size: int, max_length: int, dtype=jnp.float32) -> Cache:
-    """An empty cache for `batch_size` rows and up to `max_length` tokens per row."""
+def init_cache(config: Qwen3_5Config, batch_size: int, max_length: int, dtype=jnp.float32,
+               kv_dtype=None) -> Cache:
+    """An empty cache for `batch_size` rows and up to `max_length` tokens per row: K/V in
+    `kv_dtype` (default `dtype`), DeltaNet conv windows in `dtype`, their states in fp32."""
+    kv_dtype = dtype if kv_dtype is None else kv_dtype
     layers = []
     for layer_type in config.layer_types:
         if layer_type == FULL_ATTENTION:
             shape = (batch_size, max_length, config.num_key_value_heads, config.head_dim)
-            layers.append(AttentionCache(keys=jnp.zeros(shape, dtype), values=jnp.zeros(shape, dtype)))
+            layers.append(AttentionCache(keys=jnp.zeros(shape, kv_dtype), values=jnp.zeros(shape, kv_dtype)))
         else:
             conv = jnp.zeros((batch_size, config.linear_conv_kernel_dim - 1, config.linear_conv_dim), dtype)
             state = jnp.zeros((batch_size, config.linear_num_value_heads, config.linear_key_head_dim,

@@ -140,11 +140,15 @@ def bucket_length(n: int, min_bucket: int = 16) -> int:
     return -(-n // step) * step
 
 
+# rollout.kv_cache_dtype: the K/V storage the samplers may use ("" = their compute dtype)
+KV_CACHE_DTYPES = ("", "float32", "bfloat16", "float16", "float8_e4m3fn")
+
+
 class Sampler:
     def __init__(self, model: nnx.Module, *, stop_ids: Sequence[int], pad_id: int, max_length: int,
                  min_bucket: int = 16, cache_dtype=None, donate: bool | None = None,
                  prefill_chunk: int = PREFILL_CHUNK, share_prefills: bool = True, mesh=None, rules=None,
-                 param_dtype=None):
+                 param_dtype=None, kv_cache_dtype=None):
         """donate: let XLA reuse the cache buffers of the state passed to `extend` / `generate`
         (that state is then invalid: always continue from the returned one). Default: on
         accelerators only (the CPU backend cannot donate). False keeps old states usable, e.g.
@@ -158,7 +162,9 @@ class Sampler:
         sandbox's snapshot/branch. False prefills every row.
         mesh / rules: shard the state over this mesh by the logical-axis rules (default
         parallel/rules.py LOGICAL_RULES); None: wherever the inputs are (one device).
-        param_dtype: the dtype of the sampler's weights (e.g. jnp.bfloat16); None: the model's."""
+        param_dtype: the dtype of the sampler's weights (e.g. jnp.bfloat16); None: the model's.
+        kv_cache_dtype: the dtype the attention layers' K/V are stored in (e.g. float8_e4m3fn: half
+        the cache of bf16, each K/V value rounded to it; model/cache.py); None: `cache_dtype`."""
         self.config = model.config
         graphdef, params = nnx.split(model)
         # Decoding keeps no activations for a backward pass, so remat only costs time; and the
@@ -180,6 +186,7 @@ class Sampler:
         self.prefill_chunk = int(prefill_chunk)
         self.share_prefills = bool(share_prefills)
         self.cache_dtype = cache_dtype if cache_dtype is not None else model.model.dtype
+        self.kv_cache_dtype = None if kv_cache_dtype is None else jnp.dtype(kv_cache_dtype)
         if donate is None:
             donate = jax.default_backend() != "cpu"
         donated = (1,) if donate else ()  # argument 1 is the SamplerState
@@ -214,7 +221,7 @@ class Sampler:
         return jax.set_mesh(self.mesh) if self.mesh is not None else contextlib.nullcontext()
 
     def _fresh(self, batch_size: int) -> SamplerState:
-        cache = init_cache(self.config, batch_size, self.max_length, self.cache_dtype)
+        cache = init_cache(self.config, batch_size, self.max_length, self.cache_dtype, self.kv_cache_dtype)
         return SamplerState(cache=cache, tokens=jnp.full((batch_size, self.max_length), self.pad_id, jnp.int32),
                             last_logits=jnp.zeros((batch_size, self.config.vocab_size), jnp.float32))
 

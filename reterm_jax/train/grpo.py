@@ -40,7 +40,7 @@ from reterm_jax.parallel.mesh import make_mesh
 from reterm_jax.rl.harness import Limits
 from reterm_jax.rl.policy_store import PolicyStore, device_copy
 from reterm_jax.rl.rollout import ENGINES
-from reterm_jax.rl.sampler import Sampler
+from reterm_jax.rl.sampler import KV_CACHE_DTYPES, Sampler
 from reterm_jax.rl.sampling import SamplingParams
 from reterm_jax.rl.stream import GroupStream, StreamConfig
 from reterm_jax.rl.workers import RolloutWorkers
@@ -99,6 +99,9 @@ def check_config(config, n_data_parallel: int | None = None) -> None:
     if r.get("param_dtype", "") not in ("", "float32", "bfloat16", "float16"):
         raise UserError(f"--config.rollout.param_dtype={r.param_dtype!r}: use '' (the trainer's params), "
                         "'bfloat16' or 'float32'")
+    if r.get("kv_cache_dtype", "") not in KV_CACHE_DTYPES:
+        raise UserError(f"--config.rollout.kv_cache_dtype={r.kv_cache_dtype!r}: use one of "
+                        + ", ".join(repr(d) for d in KV_CACHE_DTYPES) + " ('' = the model's compute dtype)")
     rows = s.groups_per_step * r.group_size
     if rows % t.micro_batches:
         raise UserError(f"stream.groups_per_step x rollout.group_size = {rows} rows must be a multiple of "
@@ -440,7 +443,7 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
     # the store publishes per layer (a stacked trainer's params too): the samplers' module structure
     sampler = Sampler(nnx.merge(per_layer_graphdef(graphdef, abs_params), store.latest()[1]), stop_ids=[i for i in ids.stop if i < vocab],
                       pad_id=ids.pad if ids.pad < vocab else 0, max_length=config.rollout.cache_length,
-                      mesh=sampler_mesh)
+                      mesh=sampler_mesh, kv_cache_dtype=config.rollout.get("kv_cache_dtype") or None)
     n_workers = config.rollout.workers
     producers, bank = make_producers(config, workdir, sampler, tokenizer, max(1, n_workers))
     seed = rollout_seed(config.seed, start)  # the process index folded in: each process samples its own
