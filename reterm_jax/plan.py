@@ -286,11 +286,11 @@ def activation_bytes(config: Qwen3_5Config, rows: int, seq: int, c: int, tp: int
 
 
 def rollout_cache_bytes(config: Qwen3_5Config, rows: int, length: int, c: int, tp: int,
-                        kv: int | None = None) -> float:
+                        kv_bytes: int | None = None) -> float:
     """Generation cache of `rows` sequences of `length` tokens (model/cache.py): K/V per attention
-    layer (`kv` bytes a value, default the compute dtype's `c`), conv window (compute dtype) +
+    layer (`kv_bytes` a value, default the compute dtype's `c`), conv window (compute dtype) +
     fp32 state per DeltaNet layer, slot segment ids."""
-    kv_bytes = c if kv is None else kv
+    kv_bytes = c if kv_bytes is None else kv_bytes
     n_attn = sum(t == FULL_ATTENTION for t in config.layer_types)
     n_delta = config.num_hidden_layers - n_attn
     kv = 2 * length * _split(config.num_key_value_heads, tp) * config.head_dim * kv_bytes

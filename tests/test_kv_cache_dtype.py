@@ -75,7 +75,7 @@ def test_the_planner_counts_one_byte_a_kv_value():
     from reterm_jax.plan import rollout_cache_bytes
     cfg = Qwen3_5Config.qwen3_5_9b()
     bf16 = rollout_cache_bytes(cfg, 4, 262_144, 2, 4)
-    fp8 = rollout_cache_bytes(cfg, 4, 262_144, 2, 4, kv=1)
+    fp8 = rollout_cache_bytes(cfg, 4, 262_144, 2, 4, kv_bytes=1)
     kv_bf16 = 8 * 2 * 262_144 * 1 * 256 * 2 * 4  # 8 attention layers, K and V, 1 head per device, 4 rows
     assert bf16 - fp8 == kv_bf16 / 2
 
