@@ -14,7 +14,7 @@ import pytest
 from flax import nnx
 
 from reterm_jax.model import Qwen3_5Config, Qwen3_5ForCausalLM
-from reterm_jax.model.cache import AttentionCache, DeltaNetCache, to_cache_dtype
+from reterm_jax.model.cache import AttentionCache, DeltaNetCache, init_cache, read_slots, storage_dtype, to_cache_dtype
 from reterm_jax.rl.sampler import Sampler
 from reterm_jax.rl.sampling import SamplingParams
 
@@ -45,12 +45,15 @@ def test_fp8_cache_holds_the_rounded_kv_and_stays_close(samplers):
     for la, lb in zip(a.cache.layers, b.cache.layers):
         if isinstance(la, AttentionCache):
             n_attn += 1
-            assert lb.keys.dtype == FP8 and lb.values.dtype == FP8 and la.keys.dtype == jnp.float32
+            # fp8 values held as their bytes (model/cache.py BYTE_KV_DTYPE)
+            assert lb.keys.dtype == lb.values.dtype == jnp.uint8 and la.keys.dtype == jnp.float32
             # the prompts' slots (each row's own length; other slots are unwritten zeros in both)
             for r, p in enumerate(PROMPTS):
                 for want, got in ((la.keys, lb.keys), (la.values, lb.values)):
                     ref = np.clip(np.asarray(want[r, :len(p)]), -448, 448).astype(ml_dtypes.float8_e4m3fn)
                     assert np.asarray(got[r, :len(p)]).tobytes() == ref.tobytes()
+                    back = np.asarray(read_slots(got, 0, len(p), jnp.float32))[r]  # what attention reads
+                    np.testing.assert_array_equal(back, ref.astype(np.float32))
         else:
             assert isinstance(lb, DeltaNetCache)
             assert lb.state.dtype == jnp.float32 and lb.conv.dtype == la.conv.dtype
@@ -90,3 +93,14 @@ def test_a_dtype_the_sampler_does_not_take_is_a_user_error():
     c.rollout.kv_cache_dtype = "fp8"
     with pytest.raises(UserError, match=r"rollout.kv_cache_dtype='fp8'.*float8_e4m3fn"):
         check_config(c)
+
+
+def test_fp8_is_held_as_bytes_and_other_dtypes_as_themselves():
+    assert storage_dtype(FP8) == jnp.uint8
+    assert storage_dtype(jnp.bfloat16) == jnp.bfloat16 and storage_dtype(jnp.float32) == jnp.float32
+    with pytest.raises(ValueError, match="float8_e5m2"):
+        storage_dtype(jnp.float8_e5m2)
+    c = init_cache(Qwen3_5Config.tiny(), 2, 16, jnp.bfloat16, FP8)
+    kv = [l for l in c.layers if isinstance(l, AttentionCache)]
+    assert kv and all(l.keys.dtype == l.values.dtype == jnp.uint8 for l in kv)
+    assert all(l.conv.dtype == jnp.bfloat16 for l in c.layers if isinstance(l, DeltaNetCache))

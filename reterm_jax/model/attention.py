@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from reterm_jax.model.cache import ATTENTION_AXES, AttentionCache, write_slots
+from reterm_jax.model.cache import ATTENTION_AXES, AttentionCache, read_slots, write_slots
 from reterm_jax.model.config import Qwen3_5Config
 from reterm_jax.model.norms import RMSNorm, stat_dtype
 from reterm_jax.model.params import dense
@@ -89,8 +89,7 @@ def cache_attention(q, keys, values, q_segments, q_slots, kv_segments, filled, s
     def body(i, carry):
         m, l, acc = carry
         start = jnp.minimum(i * block, length - block)  # the last block is moved back into the buffer ...
-        k = jax.lax.dynamic_slice_in_dim(keys, start, block, axis=1).astype(q.dtype)
-        v = jax.lax.dynamic_slice_in_dim(values, start, block, axis=1).astype(q.dtype)
+        k, v = read_slots(keys, start, block, q.dtype), read_slots(values, start, block, q.dtype)
         seg = jax.lax.dynamic_slice_in_dim(kv_segments, start, block, axis=1)
         slots = start + jnp.arange(block)
         visible = ((slots >= i * block)[None, None, :]  # ... and masks the slots the previous block had

@@ -18,7 +18,12 @@ its last real token either way.
 K/V may be stored narrower than the compute dtype (`init_cache(..., kv_dtype=)`, e.g.
 float8_e4m3fn: half a bf16 cache's bytes, like vLLM's `kv_cache_dtype=fp8` without scales):
 values are clipped to the dtype's finite range and rounded when written (`to_cache_dtype`) and
-read back in the compute dtype by the attention over the cache.
+read back in the compute dtype by the attention over the cache. A float8 cache is held as its
+bytes, in uint8 buffers (`BYTE_KV_DTYPE` says how to read them), as vLLM holds its fp8 cache:
+XLA:CPU has no float8 slicing or in-place update, and converted whole fp8 buffers to f16 around
+each write and read (1.6 GB of an fp32 9B worker's decode temp, where the uint8 buffers need
+7 MB; docs/plan.md). Slices and writes of uint8 are plain copies on every backend, and only the
+key block being attended is converted (`read_slots`).
 
 Shapes are static. Slots past `max_length` are dropped (scatter mode "drop"), never clamped
 onto earlier slots, and `index` stops at `max_length`; a real token past the end is lost
@@ -36,7 +41,7 @@ from reterm_jax.model.config import FULL_ATTENTION, Qwen3_5Config
 
 @struct.dataclass
 class AttentionCache:
-    keys: jax.Array    # [B, L, Nkv, D], compute dtype or kv_dtype, RoPE already applied
+    keys: jax.Array    # [B, L, Nkv, D], compute dtype, kv_dtype, or uint8 (BYTE_KV_DTYPE's bytes); RoPE applied
     values: jax.Array  # [B, L, Nkv, D]
 
 
@@ -63,6 +68,41 @@ class Cache:
 # over the data-parallel axes, K/V heads and DeltaNet channels / heads over tensor.
 ATTENTION_AXES = AttentionCache(keys=("batch", None, "kv_heads", None), values=("batch", None, "kv_heads", None))
 DELTANET_AXES = DeltaNetCache(conv=("batch", None, "linear_qkv"), state=("batch", "linear_heads", None, None))
+
+
+# A uint8 K/V buffer holds float8_e4m3fn values (the one one-byte float rollout.kv_cache_dtype takes).
+BYTE_KV_DTYPE = jnp.dtype(jnp.float8_e4m3fn)
+
+
+def storage_dtype(kv_dtype) -> jnp.dtype:
+    """The dtype a K/V buffer of `kv_dtype` values is held in: uint8 for BYTE_KV_DTYPE, else itself."""
+    kv_dtype = jnp.dtype(kv_dtype)
+    if kv_dtype.itemsize == 1 and jnp.issubdtype(kv_dtype, jnp.floating):
+        if kv_dtype != BYTE_KV_DTYPE:
+            raise ValueError(f"K/V cache dtype {kv_dtype}: the one-byte float supported is {BYTE_KV_DTYPE}")
+        return jnp.dtype(jnp.uint8)
+    return kv_dtype
+
+
+def value_dtype(buffer_dtype) -> jnp.dtype:
+    """The dtype of the values a K/V buffer holds (BYTE_KV_DTYPE for a uint8 buffer)."""
+    return BYTE_KV_DTYPE if jnp.dtype(buffer_dtype) == jnp.uint8 else jnp.dtype(buffer_dtype)
+
+
+def encode(values: jax.Array, buffer_dtype) -> jax.Array:
+    """New K/V values in a buffer's storage: rounded to its value dtype (to_cache_dtype), as bytes
+    for a uint8 buffer."""
+    out = to_cache_dtype(values, value_dtype(buffer_dtype))
+    return jax.lax.bitcast_convert_type(out, jnp.uint8) if jnp.dtype(buffer_dtype) == jnp.uint8 else out
+
+
+def read_slots(buffer: jax.Array, start, size: int, dtype) -> jax.Array:
+    """Slots [start, start + size) of a K/V buffer [B, L, ...] as values in `dtype` (only this
+    slice is converted)."""
+    piece = jax.lax.dynamic_slice_in_dim(buffer, start, size, axis=1)
+    if buffer.dtype == jnp.uint8:
+        piece = jax.lax.bitcast_convert_type(piece, BYTE_KV_DTYPE)
+    return piece.astype(dtype)
 
 
 def to_cache_dtype(values: jax.Array, dtype) -> jax.Array:
@@ -94,7 +134,7 @@ def write_slots(buffer: jax.Array, values: jax.Array, index: jax.Array, axes=Non
     t, length = values.shape[1], buffer.shape[1]
     if t > length:  # more new slots than the buffer holds: only a scatter drops the excess
         def row(buf, val, start):
-            return buf.at[start + jnp.arange(t)].set(to_cache_dtype(val, buf.dtype), mode="drop")
+            return buf.at[start + jnp.arange(t)].set(encode(val, buf.dtype), mode="drop")
         return jax.vmap(row)(buffer, values, index)
     index = jnp.asarray(index, jnp.int32)
     mesh = jax.sharding.get_abstract_mesh()
@@ -119,7 +159,7 @@ def _write_rows(buffer: jax.Array, values: jax.Array, index: jax.Array) -> jax.A
         buffer, start)
     offset = start[:, None] + slots - index[:, None]  # window slot j takes values[r, offset[r, j]] when in [0, T)
     pick = jnp.where((offset >= 0) & (offset < t), t + jnp.clip(offset, 0, t - 1), slots)
-    merged = jnp.take_along_axis(jnp.concatenate([windows, to_cache_dtype(values, buffer.dtype)], axis=1),
+    merged = jnp.take_along_axis(jnp.concatenate([windows, encode(values, buffer.dtype)], axis=1),
                                  pick.reshape(pick.shape + (1,) * (buffer.ndim - 2)), axis=1, mode="clip")
     for r in range(buffer.shape[0]):
         buffer = jax.lax.dynamic_update_slice(buffer, merged[r][None], (r, start[r]) + zeros)
@@ -136,8 +176,9 @@ def cache_axes(cache: Cache) -> Cache:
 def init_cache(config: Qwen3_5Config, batch_size: int, max_length: int, dtype=jnp.float32,
                kv_dtype=None) -> Cache:
     """An empty cache for `batch_size` rows and up to `max_length` tokens per row: K/V in
-    `kv_dtype` (default `dtype`), DeltaNet conv windows in `dtype`, their states in fp32."""
-    kv_dtype = dtype if kv_dtype is None else kv_dtype
+    `kv_dtype` (default `dtype`; float8_e4m3fn values are held as uint8 bytes, storage_dtype),
+    DeltaNet conv windows in `dtype`, their states in fp32."""
+    kv_dtype = storage_dtype(dtype if kv_dtype is None else kv_dtype)
     layers = []
     for layer_type in config.layer_types:
         if layer_type == FULL_ATTENTION:
