@@ -32,6 +32,7 @@ MAX_NEW_TOKENS = 64  # the decode loop's output width; the per-step memory does 
 def _abstract_sampler(cfg, mesh):
     from reterm_jax.model.attention import set_attention_impl
     from reterm_jax.model.hf_io import abstract_model
+    from reterm_jax.parallel.rules import sampler_weight_rules
     from reterm_jax.parallel.rules import state_shardings as param_state_shardings
     from reterm_jax.rl.sampler import Sampler
 
@@ -39,14 +40,16 @@ def _abstract_sampler(cfg, mesh):
     model = abstract_model(config, jnp.dtype(cfg.model.dtype), jnp.dtype(cfg.model.param_dtype))
     set_attention_impl(model, cfg.model.get("attention_impl", "auto"))
     graphdef, params = nnx.split(model)
-    shardings = param_state_shardings(params, mesh)
+    # the published copy's layout (train/grpo.py: PolicyStore(shardings=weight_shardings(...)))
+    shardings = param_state_shardings(params, mesh, sampler_weight_rules(cfg.rollout.get("weights_sharding", "train")))
     params = jax.tree.map(lambda v, s: v.replace(jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=s)), params,
                           shardings, is_leaf=lambda x: isinstance(x, nnx.Variable))
     dtype = cfg.rollout.get("param_dtype") or None
     # donate=True: the accelerator's behaviour (the state's buffers are reused in place)
     sampler = Sampler(nnx.merge(graphdef, params), stop_ids=(0,), pad_id=0, max_length=int(cfg.rollout.cache_length),
                       mesh=mesh, param_dtype=dtype, donate=True,
-                      kv_cache_dtype=cfg.rollout.get("kv_cache_dtype") or None)
+                      kv_cache_dtype=cfg.rollout.get("kv_cache_dtype") or None,
+                      prefill_chunk=int(cfg.rollout.get("prefill_chunk", 4096)))
     return sampler
 
 
@@ -102,8 +105,10 @@ def rollout_report(cfg, r: dict, train_total: float, hbm: float) -> list[str]:
     total = train_total + r["params_bytes"] + workers * (r["cache_bytes"] + temp)
     return [
         f"rollout side, compiled (one worker's sampler: {r['rows']} rows x {r['cache_length']} slots on mesh "
-        f"{r['mesh']}; decode compile {r['compile_decode_s']:.1f} s, prefill {r['compile_prefill_s']:.1f} s):",
-        f"  sampler params   {gb(r['params_bytes'])}   ({r['param_dtype']}; one published copy, shared by the workers)",
+        f"{r['mesh']}; decode compile {r['compile_decode_s']:.1f} s, prefill {r['compile_prefill_s']:.1f} s; "
+        + (" ".join(r["xla_flags"]) if r.get("xla_flags") else "XLA:CPU's defaults") + "):",
+        f"  sampler params   {gb(r['params_bytes'])}   ({r['param_dtype']}, rollout.weights_sharding="
+        f"{cfg.rollout.get('weights_sharding', 'train')}; one published copy, shared by the workers)",
         f"  cache per worker {gb(r['cache_bytes'])}   (K/V {r['kv_spec']}: {r['kv_shard']} per device)",
         f"  decode temp      {gb(r['decode']['temp_size_in_bytes'])}   prefill chunk temp "
         f"{r['prefill']['temp_size_in_bytes'] / GB:.2f} GB",

@@ -348,19 +348,28 @@ def init(self, *a, **k):
     meshes.append(None if k.get("mesh") is None else dict(k["mesh"].shape))
     _init(self, *a, **k)
 sampler_mod.Sampler.__init__ = init
+from reterm_jax.rl.policy_store import PolicyStore
+specs = set()
+_publish = PolicyStore.publish
+def publish(self, version, params):
+    _publish(self, version, params)
+    specs.update(str(x.sharding.spec) for x in jax.tree.leaves(self.latest()[1]))
+PolicyStore.publish = publish
 from test_grpo_train import synthetic_config
 from reterm_jax.train import grpo
 c = synthetic_config(2)
 c.mesh.data, c.mesh.fsdp, c.mesh.tensor = 1, 2, 2
+c.rollout.weights_sharding = "tensor"  # the 9B preset's: published split over tensor only
 r = grpo.train(c, {workdir!r})
-print("RESULT" + json.dumps({{"meshes": meshes, "steps": r["last_step"],
+print("RESULT" + json.dumps({{"meshes": meshes, "steps": r["last_step"], "specs": sorted(specs),
                              "losses": [float(v) for v in r["losses"].values()]}}))
 """
 
 
 def test_grpo_on_four_devices_samples_on_the_trainers_mesh(tmp_path):
     """One process, 4 fake devices: the GRPO loop's sampler gets the trainer's mesh (its state is
-    sharded, tests/test_rl_sampler_sharded.py) and the run trains."""
+    sharded, tests/test_rl_sampler_sharded.py), every published copy of the weights is split over
+    tensor only (rollout.weights_sharding=tensor), and the run trains."""
     import json
     import subprocess
     script = _SHARDED_GRPO.format(tests=os.path.join(ROOT, "tests"), workdir=str(tmp_path / "run"))
@@ -371,3 +380,5 @@ def test_grpo_on_four_devices_samples_on_the_trainers_mesh(tmp_path):
     out = json.loads(next(l for l in proc.stdout.splitlines() if l.startswith("RESULT"))[len("RESULT"):])
     assert out["meshes"] == [{"data": 1, "fsdp": 2, "tensor": 2}] and out["steps"] == 2
     assert out["losses"] and all(np.isfinite(out["losses"]))
+    assert out["specs"] and not any("fsdp" in s for s in out["specs"]), out["specs"]
+    assert any("tensor" in s for s in out["specs"]), out["specs"]

@@ -1,6 +1,9 @@
 """Sharded sampling on 8 fake CPU devices (fsdp=4 x tensor=2): the same greedy tokens and
 log-probs as the one-device sampler, a cache that stays split (rows over fsdp, K/V heads and
-DeltaNet heads over tensor), and no collective in the compiled decode loop that moves the cache."""
+DeltaNet heads over tensor), and no collective in the compiled decode loop that moves the cache.
+With the weights published split over tensor only (`rollout.weights_sharding=tensor`, through
+the PolicyStore as train/grpo.py does): the same tokens, no weight split over fsdp, and fewer
+all-gathers in the decode loop (the weights' gathers over fsdp are gone)."""
 from __future__ import annotations
 
 import json
@@ -20,7 +23,8 @@ from reterm_jax.model import Qwen3_5Config, Qwen3_5ForCausalLM
 from reterm_jax.model.cache import AttentionCache
 from reterm_jax.parallel.mesh import make_mesh
 from reterm_jax.parallel.rules import model_shardings
-from reterm_jax.rl.sampler import Sampler
+from reterm_jax.rl.policy_store import PolicyStore
+from reterm_jax.rl.sampler import Sampler, weight_shardings
 from reterm_jax.rl.sampling import SamplingParams
 
 assert jax.device_count() == 8, jax.devices()
@@ -58,6 +62,17 @@ hlo = lowered.compile().as_text()
 ops = [l.strip() for l in hlo.splitlines()
        if re.search(r"\b(all-gather|all-reduce|all-to-all|collective-permute|reduce-scatter)(-start)?\(", l)]
 out["collectives"] = len(ops)
+GATHER = re.compile(r"\ball-gather(-start)?\(")
+out["gathers"] = sum(bool(GATHER.search(o)) for o in ops)
+graphdef, params = nnx.split(model)
+store = PolicyStore(0, nnx.to_pure_dict(params), shardings=weight_shardings(graphdef, nnx.to_pure_dict(params), mesh, "tensor"))
+tp = Sampler(nnx.merge(graphdef, store.latest()[1]), stop_ids=(1,), pad_id=0, max_length=L, donate=False, mesh=mesh)
+tp_st, tp_tokens, tp_logp = run(tp)
+out["tp_tokens_equal"] = tp_tokens == ref_tokens
+out["tp_max_logp_diff"] = max(abs(x - y) for r, q in zip(tp_logp, ref_logp) for x, y in zip(r, q))
+out["tp_specs"] = sorted({str(x.sharding.spec) for x in jax.tree.leaves(tp.params)})
+tp_hlo = tp.lower_generate(tp_st, SamplingParams(0.0), 10).compile().as_text()
+out["tp_gathers"] = sum(bool(GATHER.search(l)) for l in tp_hlo.splitlines())
 out["cache_collectives"] = [o[:200] for o in ops if re.search(r"\[[\d,]*\b%d\b[\d,]*\]" % L, o.split("=", 1)[1].split("(")[0] if "=" in o else o)]
 print("RESULT" + json.dumps(out))
 """
@@ -79,3 +94,7 @@ def test_sharded_sampler_matches_one_device_and_keeps_the_cache_split():
     assert kv and all(shard[2] == shape[2] // 2 for shape, shard, _ in kv)  # K/V heads over tensor=2
     assert out["collectives"] > 0                             # tensor-parallel matmuls still reduce
     assert out["cache_collectives"] == [], out["cache_collectives"]
+    # weights split over tensor only: same tokens, no fsdp in any weight's spec, fewer gathers per step
+    assert out["tp_tokens_equal"] and out["tp_max_logp_diff"] < 1e-5
+    assert not any("fsdp" in spec for spec in out["tp_specs"]) and any("tensor" in s for s in out["tp_specs"])
+    assert out["tp_gathers"] < out["gathers"], (out["tp_gathers"], out["gathers"])

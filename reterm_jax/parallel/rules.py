@@ -49,6 +49,32 @@ LOGICAL_RULES: dict[str, MeshAxes] = {
     "activation_length": "tensor",
 }
 
+# The names above that only params carry (the rest place activations, batches and caches).
+PARAM_AXES = ("vocab", "embed", "mlp", "q_heads", "kv_heads", "head_dim", "linear_qkv", "linear_v",
+              "linear_heads", "conv_kernel", "norm", "layers")
+
+# rollout.weights_sharding: where the samplers' copy of the weights lies on the mesh.
+#   train : as the trainer's params (the table above: "embed" over fsdp). A decode step then needs
+#           each layer's weights whole over fsdp: it gathers them every token, or XLA keeps a
+#           gathered copy for the whole decode loop (docs/plan.md).
+#   tensor: split over "tensor" only and whole on every device of the data-parallel axes (the
+#           layout of vLLM's and MaxText's inference engines): no decode step moves a weight.
+#           Costs fsdp x data times `train`'s bytes per device for that copy.
+SAMPLER_WEIGHTS = ("train", "tensor")
+
+
+def sampler_weight_rules(layout: str, rules: Mapping[str, MeshAxes] | None = None) -> dict[str, MeshAxes]:
+    """The rules table for the samplers' weights in `layout` (one of SAMPLER_WEIGHTS): the param
+    names keep only their "tensor" axis for "tensor"; activation names are unchanged."""
+    rules = dict(LOGICAL_RULES if rules is None else rules)
+    if layout not in SAMPLER_WEIGHTS:
+        raise ValueError(f"rollout.weights_sharding={layout!r}: use one of {', '.join(SAMPLER_WEIGHTS)}")
+    if layout == "tensor":
+        for name in PARAM_AXES:
+            kept = tuple(a for a in _as_tuple(rules.get(name)) if a == "tensor")
+            rules[name] = kept[0] if kept else None
+    return rules
+
 
 def _as_tuple(axes: MeshAxes) -> tuple[str, ...]:
     if axes is None:

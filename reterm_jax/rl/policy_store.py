@@ -22,6 +22,10 @@ buffer per leaf, so it survives donation too): the samplers read half the bytes 
 master weights per decode step, and the copy costs half the memory. A stacked trainer's params
 (scan_layers) are published in the per-layer layout the samplers run (the same one jit:
 `rl/sampler.py::inference_params`).
+
+`shardings` (a tree of NamedShardings like the published params, e.g. `rl/sampler.py::
+weight_shardings` for `rollout.weights_sharding=tensor`): each published copy is placed there
+(one reshard per publish: for `tensor`, a gather over fsdp), so decoding never moves a weight.
 """
 from __future__ import annotations
 
@@ -60,9 +64,13 @@ class PolicyStore:
     copies; default: when this job has more than one process."""
 
     def __init__(self, version: int | None = None, params: Any = None, *, local: bool | None = None,
-                 dtype=None):
+                 dtype=None, shardings: Any = None):
         self.local = jax.process_count() > 1 if local is None else bool(local)
         self.dtype = None if dtype is None else jnp.dtype(dtype)
+        if shardings is not None and self.local:
+            raise ValueError("PolicyStore: shardings place single-process copies; a multi-process "
+                             "store publishes host-local full copies")
+        self.shardings = shardings
         self._cond = threading.Condition()
         self._version: int | None = None
         self._params: Any = None
@@ -76,7 +84,13 @@ class PolicyStore:
         if fresh:
             from reterm_jax.rl.sampler import inference_params
             params = inference_params(params, self.dtype)  # already new buffers: no device copy needed
-        copied = host_local_copy(params) if self.local else params if fresh else device_copy(params)
+        if self.local:
+            copied = host_local_copy(params)
+        elif self.shardings is not None:  # a copy of the trainer's buffers (fresh ones may be reused)
+            alias = None if fresh else False
+            copied = jax.tree.map(lambda x, s: jax.device_put(x, s, may_alias=alias), params, self.shardings)
+        else:
+            copied = params if fresh else device_copy(params)
         jax.block_until_ready(copied)  # the copy is done before the caller may donate the source
         with self._cond:
             if self._version is not None and version < self._version:

@@ -127,6 +127,15 @@ def inference_params(params, dtype):
     return _inference_copy(params, None if dtype is None else jnp.dtype(dtype))
 
 
+def weight_shardings(graphdef: nnx.GraphDef, params, mesh, layout: str = "tensor", rules=None):
+    """Where the samplers' weights go for `rollout.weights_sharding=layout` (parallel/rules.py
+    SAMPLER_WEIGHTS): a NamedSharding per leaf of `params` (the published copy's pure dict, per
+    layer, concrete or abstract), from the logical names of `graphdef`'s params."""
+    from reterm_jax.parallel.rules import sampler_weight_rules, state_shardings
+    model = nnx.merge(graphdef, jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params))
+    return nnx.to_pure_dict(state_shardings(nnx.state(model), mesh, sampler_weight_rules(layout, rules)))
+
+
 # Tokens per model call when `extend` appends a long piece (a prefill of the failed history).
 PREFILL_CHUNK = 4096
 

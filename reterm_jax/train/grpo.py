@@ -37,10 +37,11 @@ from reterm_jax.data import load_tokenizer, special_ids
 from reterm_jax.data.tokenizer import resolve_tokenizer
 from reterm_jax.model.stacked import is_stacked, per_layer_graphdef, relayout_params
 from reterm_jax.parallel.mesh import make_mesh
+from reterm_jax.parallel.rules import SAMPLER_WEIGHTS
 from reterm_jax.rl.harness import Limits
 from reterm_jax.rl.policy_store import PolicyStore, device_copy
 from reterm_jax.rl.rollout import ENGINES
-from reterm_jax.rl.sampler import KV_CACHE_DTYPES, Sampler
+from reterm_jax.rl.sampler import KV_CACHE_DTYPES, PREFILL_CHUNK, Sampler, inference_params, weight_shardings
 from reterm_jax.rl.sampling import SamplingParams
 from reterm_jax.rl.stream import GroupStream, StreamConfig
 from reterm_jax.rl.workers import RolloutWorkers
@@ -99,6 +100,11 @@ def check_config(config, n_data_parallel: int | None = None) -> None:
     if r.get("param_dtype", "") not in ("", "float32", "bfloat16", "float16"):
         raise UserError(f"--config.rollout.param_dtype={r.param_dtype!r}: use '' (the trainer's params), "
                         "'bfloat16' or 'float32'")
+    if r.get("prefill_chunk", PREFILL_CHUNK) < 0:
+        raise UserError(f"--config.rollout.prefill_chunk={r.prefill_chunk}: tokens per prefill call, >= 0 (0: one call)")
+    if r.get("weights_sharding", "train") not in SAMPLER_WEIGHTS:
+        raise UserError(f"--config.rollout.weights_sharding={r.weights_sharding!r}: use one of "
+                        + ", ".join(SAMPLER_WEIGHTS) + " (docs/grpo.md)")
     if r.get("kv_cache_dtype", "") not in KV_CACHE_DTYPES:
         raise UserError(f"--config.rollout.kv_cache_dtype={r.kv_cache_dtype!r}: use one of "
                         + ", ".join(repr(d) for d in KV_CACHE_DTYPES) + " ('' = the model's compute dtype)")
@@ -436,14 +442,20 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
     # the samplers' weights: one copy per policy version, in rollout.param_dtype (bf16 on the 9B preset)
     inference_dtype = parse_dtype(config.rollout.param_dtype, "rollout.param_dtype") \
         if config.rollout.get("param_dtype") else None
-    store = PolicyStore(version, state.params, dtype=inference_dtype)
     # one process: the samplers' state is split over the trainer's mesh (rows over data x fsdp,
     # K/V heads over tensor); several processes sample on host-local copies (policy_store.py)
     sampler_mesh = mesh if mesh.size > 1 and jax.process_count() == 1 else None
     # the store publishes per layer (a stacked trainer's params too): the samplers' module structure
-    sampler = Sampler(nnx.merge(per_layer_graphdef(graphdef, abs_params), store.latest()[1]), stop_ids=[i for i in ids.stop if i < vocab],
+    sampler_graphdef = per_layer_graphdef(graphdef, abs_params)
+    publish_to = None  # rollout.weights_sharding=tensor: each published copy split over tensor only
+    if sampler_mesh is not None and config.rollout.get("weights_sharding", "train") != "train":
+        published = jax.eval_shape(lambda p: inference_params(p, inference_dtype), state.params)
+        publish_to = weight_shardings(sampler_graphdef, published, mesh, config.rollout.weights_sharding)
+    store = PolicyStore(version, state.params, dtype=inference_dtype, shardings=publish_to)
+    sampler = Sampler(nnx.merge(sampler_graphdef, store.latest()[1]), stop_ids=[i for i in ids.stop if i < vocab],
                       pad_id=ids.pad if ids.pad < vocab else 0, max_length=config.rollout.cache_length,
-                      mesh=sampler_mesh, kv_cache_dtype=config.rollout.get("kv_cache_dtype") or None)
+                      mesh=sampler_mesh, kv_cache_dtype=config.rollout.get("kv_cache_dtype") or None,
+                      prefill_chunk=config.rollout.get("prefill_chunk", PREFILL_CHUNK))
     n_workers = config.rollout.workers
     producers, bank = make_producers(config, workdir, sampler, tokenizer, max(1, n_workers))
     seed = rollout_seed(config.seed, start)  # the process index folded in: each process samples its own
