@@ -72,6 +72,11 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c.rollout.workers = 1           # background rollout threads (0: sample inline, in the train loop)
     c.rollout.param_dtype = ""      # the samplers' weights: "" = the trainer's params as they are (fp32),
     #                                 "bfloat16": a bf16 copy per policy version (half the bytes per decode step)
+    c.rollout.weights_sharding = "train"  # the samplers' weights on a mesh: "train" = the trainer's layout
+    #                                 (fsdp x tensor), "tensor" = split over tensor only, so decoding gathers no
+    #                                 weight (vLLM's layout; fsdp x the bytes; docs/grpo.md)
+    c.rollout.prefill_chunk = 4096  # tokens per model call when a sampler prefills a long history: its
+    #                                 activations are one chunk's whatever the history's length (0: one call)
     c.rollout.kv_cache_dtype = ""   # the samplers' K/V cache: "" = the compute dtype; "float8_e4m3fn" halves
     #                                 a bf16 cache (values rounded to fp8, no scales; docs/plan.md)
     c.rollout.engine = "lockstep"   # how a group's G attempts share the sampler: "lockstep" (a turn at a time,
@@ -155,6 +160,14 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
         c.env.tasks = ""            # required: --config.env.tasks='/data/tasks/*'
         c.rollout.group_size = 8    # G = 8 recovery attempts per failure state
         c.rollout.param_dtype = "bfloat16"  # decode reads bf16 weights, not the fp32 masters
+        c.rollout.weights_sharding = "tensor"  # 4.5 GB a device, and no weight gathered per token
+        # What makes 4 workers x 8 rows at 262,144 slots fit an H200 beside the train step (plan
+        # --compile: 138 GB of 141, docs/plan.md): K/V in fp8 (4.4 GB a worker instead of 8.7; each
+        # value rounded, no scales; loss.tis_cap corrects sampler/trainer mismatch) and prefill in
+        # 2,048-token calls (1.0 GB of temp a worker instead of 1.8). With bf16 K/V
+        # (--config.rollout.kv_cache_dtype=''), run 2 workers (--config.rollout.workers=2).
+        c.rollout.kv_cache_dtype = "float8_e4m3fn"
+        c.rollout.prefill_chunk = 2048
         c.rollout.temperature = 1.0
         # the paper's 256k-token task budget per attempt (failed history + recovery)
         c.rollout.max_turns = 100

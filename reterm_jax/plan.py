@@ -154,7 +154,8 @@ def estimate(cfg, n_devices: int, *, rollout_batch: int = 0, rollout_len: int = 
         # reference when kl_coef > 0, and the samplers' caches: each worker's rows split over
         # data x fsdp (as far as they divide) and K/V heads over tensor (rl/sampler.py).
         inference = jnp.dtype(cfg.rollout.get("param_dtype") or param_dtype)
-        out["policy_copy"] = param_bytes * inference.itemsize / param_dtype.itemsize
+        whole = sizes["fsdp"] if cfg.rollout.get("weights_sharding", "train") == "tensor" else 1  # "embed" whole
+        out["policy_copy"] = param_bytes * inference.itemsize / param_dtype.itemsize * whole
         out["reference"] = param_bytes if cfg.loss.kl_coef > 0 else 0
         out["rollout_rows"] = rollout_batch
         workers = max(1, cfg.rollout.workers)
@@ -198,6 +199,12 @@ def advice(cfg, n_devices: int, hbm: float, *, rollout_batch: int, rollout_len: 
     half = cfg.data.seq_len // 2
     tries.append((f"--config.{'train' if grpo else 'data'}.seq_len={half}",
                   lambda c: c.data.update(dict(seq_len=half))))
+    if grpo and jnp.dtype(cfg.rollout.get("kv_cache_dtype") or cfg.model.dtype).itemsize > 1:
+        tries.append(("--config.rollout.kv_cache_dtype=float8_e4m3fn",
+                      lambda c: c.rollout.update(dict(kv_cache_dtype="float8_e4m3fn"))))
+    if grpo and cfg.rollout.get("weights_sharding", "train") == "tensor":
+        tries.append(("--config.rollout.weights_sharding=train (decoding then gathers the weights over fsdp)",
+                      lambda c: c.rollout.update(dict(weights_sharding="train"))))
     if grpo and rollout_batch > 1:
         tries.append((f"--rollout_batch={rollout_batch // 2} (fewer rollout.workers or a smaller group)",
                       ("rollout_batch", rollout_batch // 2)))
@@ -362,13 +369,45 @@ def memory_stats(compiled) -> dict:
     return {k: int(getattr(ma, k)) for k in fields}
 
 
+# How `--compile` models an accelerator's memory for the samplers on XLA:CPU. XLA:CPU has no bf16
+# dot: it runs each one on fp32 copies of its operands, and in the samplers' programs it keeps
+# those copies of every weight for the whole call (7-9 GB of the 9B's decode temp per device,
+# docs/plan.md). GPUs and TPUs run bf16 dots as they are. So, unless `--cpu_upcasts`, the rollout
+# programs are compiled with the dots' operand conversions fused into the dot (YNNPACK) and without
+# while-loop-invariant code motion. The control: an fp32 model has no conversions, and there the
+# flags move the 9B worker's decode temp from 7 to 6 MB and its prefill chunk's from 1.82 to 2.29
+# GB (up, not down); with bf16 weights they take the decode temp from 7.94 GB to 5 MB and the
+# prefill chunk's from 7.57 to 1.82 GB (docs/plan.md). The train step is compiled with XLA:CPU's
+# defaults: there the fusion flag also changes what fp32 programs keep. Flags a jaxlib does not
+# know abort it, so they are named per measured version.
+ACCELERATOR_MODEL_FLAGS: dict[str, dict[str, tuple[str, ...]]] = {
+    "0.10.2": {"rollout": ("--xla_cpu_experimental_ynn_fusion_type=dot",
+                           "--xla_disable_hlo_passes=while-loop-invariant-code-motion")},
+}
+
+
+def model_flags(what: str, xla_flags: str, jaxlib_version: str | None = None) -> list[str]:
+    """The accelerator-model flags for compiling `what` ("train" | "rollout") on this jaxlib,
+    less any option the user's XLA_FLAGS already sets; [] for a jaxlib they were not measured on."""
+    if jaxlib_version is None:
+        import jaxlib
+        jaxlib_version = jaxlib.__version__
+    present = {f.split("=", 1)[0] for f in xla_flags.split()}
+    return [f for f in ACCELERATOR_MODEL_FLAGS.get(jaxlib_version, {}).get(what, ())
+            if f.split("=", 1)[0] not in present]
+
+
 def compile_in_subprocess(cfg, n_devices: int, scan_layers: bool = True, timeout: float | None = None,
-                          what: str = "train") -> dict:
+                          what: str = "train", cpu_upcasts: bool = False) -> dict:
     """aot_compile (what="train") or plan_rollout.aot_compile_rollout (what="rollout": one GRPO
     worker's sampler) on `n_devices` fake CPU devices in a fresh interpreter (XLA_FLAGS has to be
-    set before jax is imported, so it cannot be this process)."""
+    set before jax is imported, so it cannot be this process). The rollout programs are compiled
+    as an accelerator runs bf16 dots (model_flags) unless `cpu_upcasts`; the result's "xla_flags"
+    says what was added."""
+    user = os.environ.get("XLA_FLAGS", "")
+    added = [] if cpu_upcasts else model_flags(what, user)
     env = dict(os.environ, JAX_PLATFORMS="cpu",
-               XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={n_devices}")
+               XLA_FLAGS=" ".join([user, *added, f"--xla_force_host_platform_device_count={n_devices}"]).strip())
     call = f"aot_compile(cfg, {scan_layers!r})" if what == "train" else "aot_compile_rollout(cfg)"
     code = ("import json, sys, ml_collections; from reterm_jax.plan import aot_compile; "
             "from reterm_jax.plan_rollout import aot_compile_rollout; "
@@ -379,7 +418,7 @@ def compile_in_subprocess(cfg, n_devices: int, scan_layers: bool = True, timeout
     lines = [l for l in proc.stdout.splitlines() if l.startswith("PLAN_RESULT ")]
     if proc.returncode or not lines:
         raise RuntimeError(f"AOT compile subprocess failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
-    return json.loads(lines[-1][len("PLAN_RESULT "):])
+    return dict(json.loads(lines[-1][len("PLAN_RESULT "):]), xla_flags=added)
 
 
 # ------------------------------------------------------------------------------ report
@@ -406,7 +445,8 @@ def report(cfg, n_devices: int, est: dict, hbm: float, compiled: dict | None = N
              f"  train step total {gb(est['train_total'])}   of {hbm / GB:.0f} GB HBM "
              f"({100 * est['train_total'] / hbm:.0f}%){'  DOES NOT FIT' if est['train_total'] > hbm else ''}"]
     if grpo:
-        lines += [f"  policy copy      {gb(est['policy_copy'])}   (the published params the samplers read)",
+        lines += [f"  policy copy      {gb(est['policy_copy'])}   (the published params the samplers read; "
+                  f"split as rollout.weights_sharding={cfg.rollout.get('weights_sharding', 'train')})",
                   f"  reference model  {gb(est['reference'])}   (frozen warm start; 0 when loss.kl_coef = 0)",
                   f"  rollout caches   {gb(est['rollout_cache'])}   ({est['rollout_rows']} rows x "
                   f"{cfg.rollout.cache_length} tokens over {max(1, cfg.rollout.workers)} worker(s); rows over "
@@ -420,8 +460,11 @@ def report(cfg, n_devices: int, est: dict, hbm: float, compiled: dict | None = N
     if compiled:
         args_est = est["params"] + est["optimizer"] + est["batch"]
         temp_est = est["gradients"] + est["scan_copy"] + est["activations"] + est["logits"]
+        how = ("with " + " ".join(compiled["xla_flags"]) if compiled.get("xla_flags")
+               else "XLA:CPU's defaults: bf16 dots on fp32 copies of their operands")
         lines += [f"XLA memory_analysis (AOT, {compiled['devices']} fake CPU devices, scan_layers="
-                  f"{compiled['scan_layers']}; lower {compiled['lower_s']:.1f} s, compile {compiled['compile_s']:.1f} s):",
+                  f"{compiled['scan_layers']}; lower {compiled['lower_s']:.1f} s, compile {compiled['compile_s']:.1f} s; "
+                  f"{how}):",
                   f"  arguments        {gb(compiled['argument_size_in_bytes'])}   estimate {gb(args_est)}  "
                   f"ratio {compiled['argument_size_in_bytes'] / args_est:.3f}",
                   f"  outputs          {gb(compiled['output_size_in_bytes'])}   (aliased {compiled['alias_size_in_bytes'] / GB:.2f} GB: donated state)",
@@ -478,8 +521,9 @@ def main(argv):
             rollout.get("group_size", 0) * rollout.get("collect_batch", 1)
         rollout_len = FLAGS.rollout_len or rollout.get("max_tokens", 0) or cfg.data.seq_len
     est = estimate(cfg, n, rollout_batch=rollout_batch, rollout_len=rollout_len, scan_layers=FLAGS.scan_layers)
-    compiled = compile_in_subprocess(cfg, n, FLAGS.scan_layers) if FLAGS.compile else None
-    rollout = compile_in_subprocess(cfg, n, what="rollout") if FLAGS.compile and grpo else None
+    upcasts = FLAGS.cpu_upcasts
+    compiled = compile_in_subprocess(cfg, n, FLAGS.scan_layers, cpu_upcasts=upcasts) if FLAGS.compile else None
+    rollout = compile_in_subprocess(cfg, n, what="rollout", cpu_upcasts=upcasts) if FLAGS.compile and grpo else None
     print(report(cfg, n, est, hbm, compiled, rollout))
     if peak_bytes(est) > hbm:
         for line in advice(cfg, n, hbm, rollout_batch=rollout_batch, rollout_len=rollout_len,
@@ -496,6 +540,9 @@ if __name__ == "__main__":
     flags.DEFINE_string("preset", "", "Sharding preset (reterm_jax.parallel.presets): fsdp | fsdp_tp.")
     flags.DEFINE_bool("compile", False, "Also AOT-compile the train step on fake CPU devices and print "
                       "XLA's memory_analysis next to the estimate.")
+    flags.DEFINE_bool("cpu_upcasts", False, "With --compile: compile the samplers as XLA:CPU does by default "
+                      "(bf16 dots on fp32 copies of every weight, kept for the whole decode loop), not as an "
+                      "accelerator runs bf16 dots (plan.ACCELERATOR_MODEL_FLAGS).")
     flags.DEFINE_bool("scan_layers", True, "Compile with the decoder scanned over blocks (bounded compile time).")
     flags.DEFINE_string("hbm", "h200", f"Device memory: bytes or one of {sorted(HBM)}.")
     flags.DEFINE_integer("rollout_batch", None, "Sequences in a rollout batch; default for GRPO configs "

@@ -117,14 +117,15 @@ def test_grpo_configs_are_planned_with_their_own_rows():
     assert rows == c.rollout.workers * max(c.rollout.group_size, c.rollout.collect_batch)
     est = estimate(view, 8, rollout_batch=rows, rollout_len=c.rollout.cache_length)
     assert c.rollout.param_dtype == "bfloat16" and c.model.param_dtype == "float32"
-    assert est["policy_copy"] == est["params"] / 2 and est["reference"] == 0
+    assert c.rollout.weights_sharding == "tensor"  # the published bf16 copy is whole over fsdp
+    assert est["policy_copy"] == est["params"] / 2 * est["mesh"]["fsdp"] and est["reference"] == 0
     mesh = est["mesh"]
     per_worker = rows // c.rollout.workers
     assert per_worker % (mesh["data"] * mesh["fsdp"]) == 0
     assert est["rollout_cache"] == c.rollout.workers * rollout_cache_bytes(
         plan_model_config(c.model), per_worker // (mesh["data"] * mesh["fsdp"]), c.rollout.cache_length, 2,
-        mesh["tensor"])
-    assert est["grpo_total"] == pytest.approx(est["train_total"] + est["params"] / 2 + est["rollout_cache"])
+        mesh["tensor"], kv_bytes=1)  # the preset's K/V in float8_e4m3fn
+    assert est["grpo_total"] == pytest.approx(est["train_total"] + est["policy_copy"] + est["rollout_cache"])
     with view.unlocked():
         view.loss.kl_coef = 0.1
     assert estimate(view, 8, rollout_batch=rows, rollout_len=c.rollout.cache_length)["reference"] == est["params"]
@@ -151,10 +152,11 @@ def test_compiled_rollout_worker_keeps_its_cache_split():
 def test_cli_plans_a_grpo_config_and_says_what_to_change():
     out = subprocess.run(
         [sys.executable, "-m", "reterm_jax.plan", "--config=configs/grpo.py:qwen3_5_9b", "--devices=8",
-         "--preset=fsdp_tp"], cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env=dict(os.environ, JAX_PLATFORMS="cpu"))
+         "--preset=fsdp_tp", "--config.rollout.kv_cache_dtype="], cwd=ROOT, capture_output=True, text=True,
+        timeout=300, env=dict(os.environ, JAX_PLATFORMS="cpu"))
     assert out.returncode == 0, out.stderr[-2000:]
-    for word in ("GRPO total", "policy copy", "rollout caches", "32 rows x 262144 tokens", "does not fit:"):
+    for word in ("GRPO total", "policy copy", "rollout caches", "32 rows x 262144 tokens", "K/V in bfloat16",
+                 "does not fit:", "--config.rollout.kv_cache_dtype=float8_e4m3fn ("):
         assert word in out.stdout, out.stdout
 
 
