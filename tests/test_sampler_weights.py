@@ -20,7 +20,7 @@ def test_tensor_layout_keeps_only_the_tensor_axis_of_the_params():
         sampler_weight_rules("fsdp")
 
 
-def test_an_unknown_layout_is_a_user_error():
+def test_an_unknown_layout_or_prefill_chunk_is_a_user_error():
     from reterm_jax.cli import UserError
     from reterm_jax.train.grpo import check_config
     from test_grpo_train import synthetic_config
@@ -29,6 +29,10 @@ def test_an_unknown_layout_is_a_user_error():
     check_config(c)
     c.rollout.weights_sharding = "replicated"
     with pytest.raises(UserError, match=r"rollout.weights_sharding='replicated'.*train, tensor"):
+        check_config(c)
+    c.rollout.weights_sharding = "train"
+    c.rollout.prefill_chunk = -1
+    with pytest.raises(UserError, match=r"rollout.prefill_chunk=-1"):
         check_config(c)
 
 
