@@ -5,7 +5,8 @@
 # + 1 attention, the 9B's repeating block). bf16 compute on fp32 master weights, AdamW, remat
 # "full", as configs/sft.py:qwen3_5_9b. Writes TFLOP/s and MFU (model FLOPs from
 # reterm_jax.train.flops against the device's dense bf16 peak) to $OUT/gpu_bench.json and the
-# console log to $OUT/gpu_bench.txt. Record the numbers in docs/performance.md.
+# console log to $OUT/gpu_bench.txt, and the 9B GRPO preset's sampler (bf16 weights, bf16 or fp8 K/V):
+# decode speed and the compiled programs' memory_analysis(). Record the numbers in docs/performance.md.
 #
 #     OUT=runs/bench-gpu bash bench/gpu.sh            # a user's GPU machine
 #     LAYERS=8 SEQ=4096 BATCH=1 bash bench/gpu.sh      # knobs: LAYERS SEQ BATCH DECODE_BATCH PROMPT NEW RUNS
@@ -16,7 +17,7 @@
 # PyPI. bench/model_forward.py, bench/train_step.py and bench/sampler.py are CPU comparisons
 # against torch at fixed small fp32 configs (no flags for the 9B dims, the dtype or the device),
 # so this script runs the same code paths (model call, make_train_step, Sampler) itself.
-# Budget: about 1-2 minutes of compiles plus ~1 minute of timed runs on an H200.
+# Budget: about 2-4 minutes of compiles plus ~1 minute of timed runs on an H200 (not yet run on one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-runs/bench-gpu}"
@@ -180,6 +181,28 @@ first, best = timed(lambda: sampler.generate(prefill_state["s"], jax.random.key(
 decode_flops_per_token = 2 * flops.matmul_params(cfg)  # weights only; attention reads are bandwidth
 record("decode", DECODE_BATCH * NEW, best, decode_flops_per_token * DECODE_BATCH * NEW, first,
        batch=DECODE_BATCH, prompt=PROMPT, new=NEW)
+
+# ---- 4. the 9B GRPO preset's sampler: bf16 weights, K/V in bf16 and in fp8 (held as bytes) --------
+# Decode speed of both, and XLA's memory_analysis() of their compiled decode loop and prefill call on
+# this device: what `plan --compile` models on the CPU (docs/plan.md, "The 9B GRPO preset fits").
+results["sampler_memory"] = {}
+for name, kv in (("decode_bf16_kv", None), ("decode_fp8_kv", "float8_e4m3fn")):
+    s = Sampler(model, stop_ids=(), pad_id=0, max_length=PROMPT + NEW + 16, donate=False,
+                param_dtype=jnp.bfloat16, kv_cache_dtype=kv, prefill_chunk=2048)
+    st = s.extend(s.init(DECODE_BATCH), prompts)
+    first, best = timed(lambda: s.generate(st, jax.random.key(0), greedy, NEW))
+    record(name, DECODE_BATCH * NEW, best, decode_flops_per_token * DECODE_BATCH * NEW, first,
+           batch=DECODE_BATCH, prompt=PROMPT, new=NEW)
+    decode_mem = s.lower_generate(st, greedy, NEW).compile().memory_analysis()
+    prefill_mem = s.lower_extend(s.init(DECODE_BATCH), min(2048, PROMPT)).compile().memory_analysis()
+    results["sampler_memory"][name] = {
+        "decode_temp_bytes": int(decode_mem.temp_size_in_bytes),
+        "decode_argument_bytes": int(decode_mem.argument_size_in_bytes),
+        "prefill_temp_bytes": int(prefill_mem.temp_size_in_bytes)}
+    print(f"{name}: decode temp {decode_mem.temp_size_in_bytes / 1e9:.3f} GB, arguments "
+          f"{decode_mem.argument_size_in_bytes / 1e9:.3f} GB; prefill call temp "
+          f"{prefill_mem.temp_size_in_bytes / 1e9:.3f} GB", flush=True)
+    del s, st
 
 with open(os.path.join(out_dir, "gpu_bench.json"), "w") as fh:
     json.dump(results, fh, indent=2)
