@@ -34,7 +34,7 @@ def _abstract_sampler(cfg, mesh):
     from reterm_jax.model.hf_io import abstract_model
     from reterm_jax.parallel.rules import sampler_weight_rules
     from reterm_jax.parallel.rules import state_shardings as param_state_shardings
-    from reterm_jax.rl.sampler import Sampler
+    from reterm_jax.rl.sampler import PREFILL_CHUNK, Sampler
 
     config = plan_model_config(cfg.model)
     model = abstract_model(config, jnp.dtype(cfg.model.dtype), jnp.dtype(cfg.model.param_dtype))
@@ -49,7 +49,7 @@ def _abstract_sampler(cfg, mesh):
     sampler = Sampler(nnx.merge(graphdef, params), stop_ids=(0,), pad_id=0, max_length=int(cfg.rollout.cache_length),
                       mesh=mesh, param_dtype=dtype, donate=True,
                       kv_cache_dtype=cfg.rollout.get("kv_cache_dtype") or None,
-                      prefill_chunk=int(cfg.rollout.get("prefill_chunk", 4096)))
+                      prefill_chunk=int(cfg.rollout.get("prefill_chunk", PREFILL_CHUNK)))
     return sampler
 
 
