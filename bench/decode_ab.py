@@ -4,6 +4,7 @@ sampler change): the tiny hybrid config, B rows, a `--fill`-token prefill in a c
 
     git worktree add /tmp/old <commit>          # the checkout to compare against
     python bench/decode_ab.py --old /tmp/old [--new .] [--batch 4] [--fill 2048] [--cache 2304] [--runs 5]
+        [--kv_cache_dtype float8_e4m3fn]   # both sides' K/V in that dtype (a checkout that has the option)
 Prints one JSON object: per side the median ms per decode step, and new / old.
 Asserts nothing (benchmarks never gate tests).
 """
@@ -28,8 +29,9 @@ from reterm_jax.model import Qwen3_5Config, Qwen3_5ForCausalLM
 from reterm_jax.rl.sampler import Sampler
 from reterm_jax.rl.sampling import SamplingParams
 b, fill, cache, new = {batch}, {fill}, {cache}, 64
+kv = {kv!r} or None
 model = Qwen3_5ForCausalLM(Qwen3_5Config.tiny(), rngs=nnx.Rngs(0))
-s = Sampler(model, stop_ids=(), pad_id=0, max_length=cache, donate=False)
+s = Sampler(model, stop_ids=(), pad_id=0, max_length=cache, donate=False, **({{"kv_cache_dtype": kv}} if kv else {{}}))
 state = s.extend(s.init(b), [[5 + (i % 200) for i in range(fill)]] * b)
 jax.block_until_ready(state.cache)
 def run(n):
@@ -43,7 +45,7 @@ print(json.dumps({{"ms_per_step": 1000 * best / (new - 8)}}))
 
 
 def measure(tree: str, args) -> float:
-    code = SNIPPET.format(batch=args.batch, fill=args.fill, cache=args.cache)
+    code = SNIPPET.format(batch=args.batch, fill=args.fill, cache=args.cache, kv=args.kv_cache_dtype)
     out = subprocess.run([sys.executable, "-c", code], cwd=tree, check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])["ms_per_step"]
 
@@ -56,6 +58,7 @@ def main() -> int:
     ap.add_argument("--fill", type=int, default=2048)
     ap.add_argument("--cache", type=int, default=2304)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--kv_cache_dtype", default="", help="the samplers' K/V dtype on both sides ('' = compute dtype)")
     args = ap.parse_args()
     ms = {"old": [], "new": []}
     for _ in range(args.runs):
@@ -64,7 +67,7 @@ def main() -> int:
     med = {k: statistics.median(v) for k, v in ms.items()}
     print(json.dumps({"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
                       "date": time.strftime("%Y-%m-%d"), "batch": args.batch, "fill": args.fill,
-                      "cache": args.cache, "old_ms_per_step": med["old"], "new_ms_per_step": med["new"],
+                      "cache": args.cache, "kv_cache_dtype": args.kv_cache_dtype or "compute", "old_ms_per_step": med["old"], "new_ms_per_step": med["new"],
                       "new_over_old": med["new"] / med["old"], "runs": ms}))
     return 0
 
