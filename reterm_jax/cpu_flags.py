@@ -28,14 +28,20 @@ KNOWN: dict[str, tuple[str, ...]] = {
 OPT_OUT = "RETERM_XLA_CPU_DEFAULTS"
 
 
-def _option(flag: str) -> str:
+def option(flag: str) -> str:
+    """An XLA flag's option name: `--xla_x=1` -> `--xla_x`."""
     return flag.split("=", 1)[0]
+
+
+def unset_flags(flags, xla_flags: str) -> list[str]:
+    """Those of `flags` whose option `xla_flags` (an XLA_FLAGS string) does not set: the user's word wins."""
+    present = {option(f) for f in xla_flags.split()}
+    return [f for f in flags if option(f) not in present]
 
 
 def cpu_flags_for(jaxlib_version: str, xla_flags: str) -> list[str]:
     """The flags of KNOWN[jaxlib_version] that `xla_flags` (the current XLA_FLAGS) does not set."""
-    present = {_option(f) for f in xla_flags.split()}
-    return [f for f in KNOWN.get(jaxlib_version, ()) if _option(f) not in present]
+    return unset_flags(KNOWN.get(jaxlib_version, ()), xla_flags)
 
 
 def _backend_started() -> bool:

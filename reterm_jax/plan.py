@@ -392,9 +392,8 @@ def model_flags(what: str, xla_flags: str, jaxlib_version: str | None = None) ->
     if jaxlib_version is None:
         import jaxlib
         jaxlib_version = jaxlib.__version__
-    present = {f.split("=", 1)[0] for f in xla_flags.split()}
-    return [f for f in ACCELERATOR_MODEL_FLAGS.get(jaxlib_version, {}).get(what, ())
-            if f.split("=", 1)[0] not in present]
+    from reterm_jax.cpu_flags import unset_flags
+    return unset_flags(ACCELERATOR_MODEL_FLAGS.get(jaxlib_version, {}).get(what, ()), xla_flags)
 
 
 def compile_in_subprocess(cfg, n_devices: int, scan_layers: bool = True, timeout: float | None = None,

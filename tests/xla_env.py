@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import os
 
+from reterm_jax.cpu_flags import unset_flags
+
 FAST_COMPILE = "--xla_backend_optimization_level=0"
 OPT_OUT = "RETERM_TEST_XLA_DEFAULTS"
 
 
-def _option(flag: str) -> str:
-    return flag.split("=", 1)[0]
-
-
 def with_test_flags(xla_flags: str) -> str:
     """`xla_flags` plus the fast-compile flag, unless it sets that option already or the user opted out."""
-    if os.environ.get(OPT_OUT) == "1" or _option(FAST_COMPILE) in {_option(f) for f in xla_flags.split()}:
+    if os.environ.get(OPT_OUT) == "1" or not unset_flags([FAST_COMPILE], xla_flags):
         return xla_flags
     return f"{xla_flags} {FAST_COMPILE}".strip()
 
