@@ -83,6 +83,9 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     #                                 rows wait for the slowest tool call) or "continuous" (slots: a row waiting
     #                                 on its sandbox pauses while the others decode; rl/continuous.py)
     c.rollout.decode_burst = 32     # continuous: decode steps per sampler call between looks at the sandboxes
+    c.rollout.verify = "in_place"   # where an attempt's tests run: "in_place" (its own container, every process
+    #                                 it left killed first: nothing continues from it) or "clone" (a clone of its
+    #                                 committed state; ~0.3-0.5 s more per attempt; docs/grpo.md)
 
     c.bank = ml_collections.ConfigDict()
     c.bank.max_entries = 64         # failure states kept (oldest pruned first)

@@ -43,15 +43,16 @@ def bank(tmp_path, docker_client):
     b.destroy()  # images included
 
 
-def make_producer(bank, task, sampler, tok, script, engine="lockstep"):
+def make_producer(bank, task, sampler, tok, script, engine="lockstep", verify="in_place"):
     cfg = RecoveryConfig(group_size=2, limits=Limits.tiny(max_new_tokens_per_turn=160, max_tokens=2048),
-                         min_failures=1, collect_batch=1, engine=engine, decode_burst=16)
+                         min_failures=1, collect_batch=1, engine=engine, decode_burst=16, verify=verify)
     return RecoveryProducer(bank, [task], sampler, tok, cfg, script=script,
                             collect_script=lambda r, t: FAILED[len(t.turns)])
 
 
-@pytest.mark.parametrize("engine", ["lockstep", "continuous"])
-def test_recovery_groups_from_a_bank_filled_by_a_failing_policy(bank, task_path, sampler, tok, engine,
+@pytest.mark.parametrize("engine,verify", [("lockstep", "clone"), ("lockstep", "in_place"),
+                                           ("continuous", "in_place")])
+def test_recovery_groups_from_a_bank_filled_by_a_failing_policy(bank, task_path, sampler, tok, engine, verify,
                                                                  monkeypatch):
     import reterm_jax.rl.failure_bank as fb
     import reterm_jax.sandbox.snapshots as snapshots
@@ -65,16 +66,18 @@ def test_recovery_groups_from_a_bank_filled_by_a_failing_policy(bank, task_path,
         sb, labels.labels(labels.KIND_SNAPSHOT)), sb))
     task = load_task(task_path("make_greeting"))
     producer = make_producer(bank, task, sampler, tok,
-                             script=lambda r, t: (FIX if r == 0 else GIVE_UP)[len(t.turns)], engine=engine)
+                             script=lambda r, t: (FIX if r == 0 else GIVE_UP)[len(t.turns)], engine=engine,
+                             verify=verify)
     group = producer.produce(3, None, jax.random.key(0))
-    # the fresh failure was committed once, as the bank's image, and verified on it (issue 10
-    # 1.9); the G=2 recovery attempts were each verified on a snapshot of their own
-    assert sorted(commits) == [labels.KIND_BANK] + [labels.KIND_SNAPSHOT] * 2, commits
+    # the fresh failure was committed once, as the bank's image (issue 10 1.9); on a clone, the G=2
+    # recovery attempts were each verified on a snapshot of their own, in place on none
+    clones = 2 if verify == "clone" else 0
+    assert sorted(commits) == [labels.KIND_BANK] + [labels.KIND_SNAPSHOT] * clones, commits
     # the collection round banked the scripted failure, stamped with the policy version
     assert len(bank) == 1 and producer.stats.failures_added == 1 and producer.stats.fresh_resolved == 0
     entry = bank.get(bank.entry_ids()[0])
     assert entry.policy_version == 3 and entry.reward == 0.0 and entry.tokens[-1] == special_ids(tok).im_end
-    # one group of G=2 recovery attempts from that failure, verified on clones
+    # one group of G=2 recovery attempts from that failure, verified
     assert group.failure_id == entry.entry_id and group.policy_version == 3 and group.task_id == task.name
     assert group.valid == [True, True] and group.rewards == [1.0, 0.0] and group.resolved == [True, False]
     assert group.sandbox_errors == 0 and producer.current_sandboxes == []

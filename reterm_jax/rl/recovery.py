@@ -29,7 +29,7 @@ from reterm_jax.data.tokenizer import special_ids
 from reterm_jax.rl import harness
 from reterm_jax.rl.groups import Group
 from reterm_jax.rl.harness import Limits, initial_messages
-from reterm_jax.rl.rollout import ENGINES, _thread_map, _tokenize, run_episodes
+from reterm_jax.rl.rollout import ENGINES, VERIFY_MODES, _thread_map, _tokenize, run_episodes
 from reterm_jax.rl.sampler import Sampler
 from reterm_jax.rl.sampling import SamplingParams
 from reterm_jax.rl.trajectory import Trajectory
@@ -60,12 +60,15 @@ class RecoveryConfig:
     #                                          this many policy versions ago; fresh failures refill the bank
     engine: str = "lockstep"                 # rollout.ENGINES: how the attempts of a group share the sampler
     decode_burst: int = 32                   # continuous engine: decode steps per sampler call
+    verify: str = "in_place"                 # VERIFY_MODES: where each attempt's tests run
 
     def __post_init__(self):
         if self.failures_from not in SEEDS:
             raise ValueError(f"failures_from={self.failures_from!r}: use one of {SEEDS}")
         if self.engine not in ENGINES:
             raise ValueError(f"engine={self.engine!r}: use one of {ENGINES}")
+        if self.verify not in VERIFY_MODES:
+            raise ValueError(f"verify={self.verify!r}: use one of {VERIFY_MODES}")
 
 
 @dataclasses.dataclass
@@ -110,13 +113,15 @@ def rendered_failure_tokens(tokenizer, messages: list[dict]) -> list[int]:
 class RecoveryProducer:
     """ReTerm-GRPO groups: entry = bank.next(); G = bank.branch(entry, G) sandboxes; each continues
     the failed attempt's EXACT tokens + the retry user turn (`harness.retry_turn_text()`
-    tokenised alone) through `run_episodes(prompt_tokens=...)`, and is verified on a clone.
+    tokenised alone) through `run_episodes(prompt_tokens=...)`, and is verified (cfg.verify: in its
+    own container, its processes ended first, or on a clone).
     Only the recovery attempt's sampled tokens have loss_mask 1.
 
     When the bank holds fewer than cfg.min_failures entries (or with probability cfg.explore)
     a collection round runs first: cfg.collect_batch fresh attempts of the current policy on
-    the next tasks (round robin), each verified on a clone; the failures (reward < threshold,
-    no sandbox/verifier error) go into the bank with this policy version.
+    the next tasks (round robin), each verified as cfg.verify says, its state committed first as
+    the image the bank keeps; the failures (reward < threshold, no sandbox/verifier error) go into
+    the bank with this policy version.
 
     Never raises for a broken environment: a sandbox that dies mid-episode is a masked member,
     a failed branch a group of masked members; sandbox errors are counted on the group. Every
@@ -138,7 +143,10 @@ class RecoveryProducer:
         if verify_fn is None:
             from reterm_jax.sandbox import verify as verify_fn
         self.verify_fn = verify_fn
-        self._verify_on_bank_image = "snapshot" in inspect.signature(verify_fn).parameters
+        accepts = inspect.signature(verify_fn).parameters
+        self._verify_on_bank_image = "snapshot" in accepts
+        # every attempt here is closed after its verdict: nothing continues from it
+        self._verify_kw = {"in_place": True} if cfg.verify == "in_place" and "in_place" in accepts else {}
         self.im_end = special_ids(tokenizer).im_end
         self.retry_tokens = _tokenize(tokenizer, harness.retry_turn_text())
         self.stats = ProducerStats()
@@ -156,10 +164,10 @@ class RecoveryProducer:
         """(VerifyResult, the bank snapshot it ran on or None): the state is committed once, as
         the bank's image; the caller adds it with `bank.add(..., snapshot=)` or releases it."""
         if not self._verify_on_bank_image:
-            return self.verify_fn(sandbox, task), None
+            return self.verify_fn(sandbox, task), None  # bank.add commits the state after it
         snap = self.bank.snapshot(sandbox, task)  # raises SandboxError: no reward was measured
         try:
-            return self.verify_fn(sandbox, task, snapshot=snap), snap
+            return self.verify_fn(sandbox, task, snapshot=snap, **self._verify_kw), snap
         except BaseException:
             snap.release()
             raise
@@ -260,7 +268,7 @@ class RecoveryProducer:
     # ---- seeding: the tasks' scripted faults (failures_from="fault_commands") --------------------
     def seed_from_faults(self) -> int:
         """Run each task's `[reterm] fault_commands` attempt once (tasks already seeded in the bank
-        are skipped, so a resumed run adds nothing), verify it on a clone and bank it when it
+        are skipped, so a resumed run adds nothing), verify it and bank it when it
         fails. Returns the number of failures added."""
         from reterm_jax.rl.policies import FAULT_OPENING, run_commands
         from reterm_jax.sandbox import DockerSandbox
@@ -351,7 +359,7 @@ class RecoveryProducer:
             trajs = self._run(sampler, self.tokenizer, sandboxes, [messages] * g, task_ids=[task.name] * g,
                                  limits=self._limits([task]), params=self.cfg.sampling, key=run_key,
                                  script=self.script, pool=self.pool, prompt_tokens=[prompt] * g,
-                                 verify_fn=lambda sb: self.verify_fn(sb, task))
+                                 verify_fn=lambda sb: self.verify_fn(sb, task, **self._verify_kw))
         finally:
             self.current_sandboxes = []
             for sb in sandboxes:

@@ -43,6 +43,9 @@ from reterm_jax.rl.trajectory import Trajectory, Turn
 
 # Rollout engines (rollout.engine): this module's lockstep run_episodes, or rl/continuous.py's slots.
 ENGINES = ("lockstep", "continuous")
+# Where an attempt is verified: "in_place" = in its own container, its processes ended first (the
+# attempt is never continued: sandbox/in_place.py), "clone" = on a clone of its committed state.
+VERIFY_MODES = ("in_place", "clone")
 
 # A scripted policy (tests, oracle baselines): given the row and its trajectory so far, the
 # assistant text that follows the generation prompt, ending with "<|im_end|>". Its tokens are

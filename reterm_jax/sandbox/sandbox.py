@@ -186,6 +186,7 @@ class DockerSandbox:
         self.image, self.limits, self.task, self.source_snapshot = image, limits, task, snapshot
         self._lock = threading.Lock()
         self._closed = False
+        self._consumed: str | None = None  # why no agent command or snapshot may follow (consume)
         self._session: ShellSession | None = None
         self.name = f"reterm-{labels.run_id()}-{uuid.uuid4().hex[:10]}"
         extra = {labels.TASK: task.name} if task else {}
@@ -244,6 +245,8 @@ class DockerSandbox:
         if len(command.encode()) > 120_000:  # one argv string is capped at 128 KiB by Linux
             return ExecResult("", -1, error=f"command is {len(command.encode())} bytes; the "
                               "limit is 120000 (write large files in several commands)")
+        if persist and self._consumed:
+            return ExecResult("", -1, error=f"sandbox {self.name} takes no more agent commands: {self._consumed}")
         timeout_s = max(1, math.ceil(timeout))
         start = time.monotonic()
         # storage_mb: the agent's commands (persist=True) run under the disk watchdog
@@ -366,7 +369,19 @@ class DockerSandbox:
     def snapshot(self):
         """Commit the filesystem (with the cwd/env state file) to a managed image."""
         from reterm_jax.sandbox.snapshots import take_snapshot
+        if self._consumed:
+            raise SandboxError(f"sandbox {self.name} cannot be snapshotted: {self._consumed}")
         return take_snapshot(self)
+
+    def consume(self, reason: str) -> None:
+        """The agent's attempt here is over for good (e.g. verified in place: in_place.py): its
+        shell server ends, and agent commands (persist=True) and snapshots are refused with `reason`.
+        Verifier commands (persist=False) still run, on a new server."""
+        with self._lock:
+            self._consumed = reason
+            if self._session is not None:
+                self._session.close()
+                self._session = None
 
     def close(self) -> None:
         with self._lock:

@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import time
 
 from reterm_jax.sandbox.client import SandboxError
+from reterm_jax.sandbox.in_place import ProcessesSurvived, end_processes
 from reterm_jax.sandbox.sandbox import DockerSandbox
 from reterm_jax.sandbox.shell import ExecResult
 from reterm_jax.sandbox.task import Task
 
+log = logging.getLogger(__name__)
 REWARD_DIR = "/logs/verifier"
 _READ_REWARD = (f"for f in {REWARD_DIR}/reward.txt {REWARD_DIR}/reward.json; do "
                 "if [ -f \"$f\" ]; then echo \"== $f\"; head -c 65536 \"$f\"; echo; fi; done")
@@ -95,37 +98,60 @@ def _failed(start: float, error: str, r: ExecResult | None = None) -> VerifyResu
 
 
 def verify(sandbox: DockerSandbox, task: Task | None = None, *,
-           timeout_s: float | None = None, snapshot=None) -> VerifyResult:
+           timeout_s: float | None = None, snapshot=None, in_place: bool = False) -> VerifyResult:
     """Run the task's tests on a clone of `sandbox`'s current state. Never raises for
     sandbox/Docker failures: they become reward 0 with `error` set.
 
     `snapshot`: that state already committed (e.g. `FailureBank.snapshot`, so the failure bank
     keeps the very image verified instead of committing the state a second time); the clone
-    starts from it and the caller keeps ownership (nothing here releases it)."""
+    starts from it and the caller keeps ownership (nothing here releases it).
+
+    `in_place`: the attempt is over for good (nothing continues from `sandbox`): end every process
+    the agent left and run the tests in `sandbox` itself, which is consumed (in_place.py says what
+    that keeps equal to a clone). Should the processes not all end, the state is verified on a
+    clone as usual."""
     task = task or sandbox.task
     if task is None:
         raise ValueError("verify() needs the Task (the sandbox was not started from one)")
     timeout_s = timeout_s or task.verifier_timeout_s
     start = time.monotonic()
+    if in_place:
+        try:
+            end_processes(sandbox)
+        except ProcessesSurvived as e:
+            log.warning("%s; verifying on a clone instead", e)
+        except SandboxError as e:
+            return _failed(start, f"could not verify in place: {e}")
+        else:
+            return _run_tests(sandbox, task, timeout_s, start)
     try:
         snap = snapshot or sandbox.snapshot()
     except SandboxError as e:
         return _failed(start, f"could not snapshot the state to verify: {e}")
     try:
         with snap.branch(1)[0] as clone:
-            clone.put_dir(task.tests_dir, "/tests")
-            prep = clone.exec(f"rm -rf {REWARD_DIR} && mkdir -p {REWARD_DIR}", 60, persist=False)
-            if not prep.ok or prep.exit_code:
-                return _failed(start, f"could not prepare {REWARD_DIR}: {prep.error or prep.output}")
-            r = clone.exec("bash /tests/test.sh", timeout_s, persist=False)
-            if not r.ok:
-                return _failed(start, f"verifier sandbox failed: {r.error}", r)
-            listing = clone.exec(_READ_REWARD, 60, persist=False)
+            return _run_tests(clone, task, timeout_s, start)
     except SandboxError as e:
         return _failed(start, f"verifier sandbox failed: {e}")
     finally:
         if snapshot is None:
             snap.release()
+
+
+def _run_tests(box: DockerSandbox, task: Task, timeout_s: float, start: float) -> VerifyResult:
+    """tests/ over /tests, an empty reward dir, `bash /tests/test.sh` from the image's working
+    dir and environment, and the reward files read back (verify's contract, in `box`)."""
+    try:
+        box.put_dir(task.tests_dir, "/tests")
+    except SandboxError as e:
+        return _failed(start, f"verifier sandbox failed: {e}")
+    prep = box.exec(f"rm -rf {REWARD_DIR} && mkdir -p {REWARD_DIR}", 60, persist=False)
+    if not prep.ok or prep.exit_code:
+        return _failed(start, f"could not prepare {REWARD_DIR}: {prep.error or prep.output}")
+    r = box.exec("bash /tests/test.sh", timeout_s, persist=False)
+    if not r.ok:
+        return _failed(start, f"verifier sandbox failed: {r.error}", r)
+    listing = box.exec(_READ_REWARD, 60, persist=False)
     rewards, error = parse_reward_files(listing.output if listing.ok else "")
     if r.timed_out:
         error = f"verifier timed out after {timeout_s:g} s" + (f" ({error})" if error else "")

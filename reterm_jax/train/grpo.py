@@ -40,7 +40,7 @@ from reterm_jax.parallel.mesh import make_mesh
 from reterm_jax.parallel.rules import SAMPLER_WEIGHTS
 from reterm_jax.rl.harness import Limits
 from reterm_jax.rl.policy_store import PolicyStore, device_copy
-from reterm_jax.rl.rollout import ENGINES
+from reterm_jax.rl.rollout import ENGINES, VERIFY_MODES
 from reterm_jax.rl.sampler import KV_CACHE_DTYPES, PREFILL_CHUNK, Sampler, inference_params, weight_shardings
 from reterm_jax.rl.sampling import SamplingParams
 from reterm_jax.rl.stream import GroupStream, StreamConfig
@@ -95,6 +95,8 @@ def check_config(config, n_data_parallel: int | None = None) -> None:
         raise UserError(str(e)) from None
     if r.get("engine", "lockstep") not in ENGINES:
         raise UserError(f"--config.rollout.engine={r.engine!r}: use one of {', '.join(ENGINES)}")
+    if r.get("verify", "in_place") not in VERIFY_MODES:
+        raise UserError(f"--config.rollout.verify={r.verify!r}: use one of {', '.join(VERIFY_MODES)}")
     if r.get("decode_burst", 32) < 1:
         raise UserError(f"--config.rollout.decode_burst={r.decode_burst}: must be >= 1")
     if r.get("param_dtype", "") not in ("", "float32", "bfloat16", "float16"):
@@ -356,7 +358,8 @@ def make_producers(config, workdir, sampler, tokenizer, n: int):
                              failures_from=config.bank.failures_from,
                              retire_after=int(config.bank.get("retire_after", 0)),
                              max_version_lag=int(config.bank.get("max_version_lag", 0)),
-                             engine=r.get("engine", "lockstep"), decode_burst=int(r.get("decode_burst", 32)))
+                             engine=r.get("engine", "lockstep"), decode_burst=int(r.get("decode_burst", 32)),
+                             verify=r.get("verify", "in_place"))
         j = (first + i) % len(tasks)
         producers.append(RecoveryProducer(bank, tasks[j:] + tasks[:j], sampler, tokenizer, cfg))
     if config.bank.failures_from == "fault_commands":

@@ -1,0 +1,85 @@
+"""verify(in_place=True): the tests run in the attempt's own container once every process the agent
+left is gone, and give what a clone gives, against the real Docker engine."""
+import pytest
+
+from reterm_jax.sandbox import DockerSandbox, load_task, run_oracle, verify
+from reterm_jax.sandbox import in_place
+from reterm_jax.sandbox.client import SandboxError
+
+pytestmark = pytest.mark.docker
+
+# A background job that keeps claiming the reward: on a clone it does not exist (a commit keeps no
+# process); in place it must be killed before the tests run, or it would write reward 1.
+REWARD_HACK = ("nohup bash -c 'while :; do mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; "
+               "sleep 0.01; done' >/dev/null 2>&1 &")
+# A job that keeps forking: one sweep cannot catch every child, repeated sweeps must.
+FORKER = "nohup bash -c 'while :; do sleep 30 & sleep 0.005; done' >/dev/null 2>&1 &"
+
+
+@pytest.fixture
+def greeting(docker_client, task_path):
+    task = load_task(task_path("make_greeting"))
+    with DockerSandbox.from_task(task) as sb:
+        yield task, sb
+
+
+def _processes(sb) -> list[str]:
+    """The container's processes (pid, ppid, command), read as root outside the agent's shell."""
+    code, out = sb._container.exec_run(["bash", "-c", "for d in /proc/[0-9]*; do echo $(cat $d/cmdline | tr '\\0' ' '); done"],
+                                       user="root")
+    assert code == 0
+    return [line for line in out.decode().splitlines() if line.strip()]
+
+
+def test_in_place_gives_the_clones_rewards(docker_client, task_path):
+    task = load_task(task_path("make_greeting"))
+    results = {}
+    for mode in (False, True):
+        with DockerSandbox.from_task(task) as untouched, DockerSandbox.from_task(task) as solved:
+            assert run_oracle(solved).exit_code == 0
+            results[mode] = (verify(untouched, in_place=mode), verify(solved, in_place=mode))
+    for clone, here in zip(results[False], results[True]):
+        assert (here.reward, here.error, here.infrastructure) == (clone.reward, clone.error, clone.infrastructure)
+    assert [r.reward for r in results[True]] == [0.0, 1.0]
+
+
+def test_background_jobs_are_killed_before_the_tests(greeting):
+    task, sb = greeting
+    assert run_oracle(sb).exit_code == 0
+    sb.exec("rm /app/greeting.txt")  # now the tests fail, whatever a leftover job writes
+    sb.exec(REWARD_HACK)
+    sb.exec(FORKER)
+    assert any("sleep 30" in p for p in _processes(sb))
+    r = verify(sb, in_place=True)
+    assert r.reward == 0.0 and not r.infrastructure, r
+    left = _processes(sb)
+    assert not any("sleep 30" in p or "reward.txt" in p for p in left), left
+    assert any(p.startswith("sleep infinity") for p in left)  # the container's main process lives on
+
+
+def test_a_sandbox_verified_in_place_is_consumed(greeting):
+    task, sb = greeting
+    sb.exec("cd /tmp && export KEEP=me")
+    assert verify(sb, in_place=True).reward == 0.0
+    after = sb.exec("echo hi")
+    assert not after.ok and "verified in place" in after.error
+    with pytest.raises(SandboxError, match="verified in place"):
+        sb.snapshot()
+    assert sb.exec("cat /logs/verifier/reward.txt", persist=False).ok  # the verifier's commands still run
+
+
+def test_falls_back_to_a_clone_when_processes_survive(greeting, monkeypatch):
+    task, sb = greeting
+    monkeypatch.setattr(in_place, "SWEEP", "echo 'a process survived'; exit 3")
+    assert run_oracle(sb).exit_code == 0
+    r = verify(sb, in_place=True)
+    assert r.resolved and r.error is None
+    assert sb.exec("cat /app/greeting.txt").output == "hello, sandbox\n"  # not consumed: verified on a clone
+    assert sb.exec("ls /tests 2>&1").exit_code != 0
+
+
+def test_in_place_on_a_dead_sandbox_is_a_failed_result(greeting, docker_client):
+    task, sb = greeting
+    docker_client.api.kill(sb.id)
+    r = verify(sb, in_place=True)
+    assert r.reward == 0.0 and r.infrastructure and r.error
