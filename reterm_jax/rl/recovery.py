@@ -172,6 +172,14 @@ class RecoveryProducer:
             snap.release()
             raise
 
+    def _verify_and_close(self, sandbox, task):
+        """A recovery attempt's verdict; then its container goes at once, in the same pool job (the
+        G removals run side by side while the others verify, not one by one after the group)."""
+        try:
+            return self.verify_fn(sandbox, task, **self._verify_kw)
+        finally:
+            sandbox.close()
+
     def _task_for(self, entry):
         key = str(Path(entry.task_dir).resolve())
         if key not in self._by_dir:
@@ -359,7 +367,7 @@ class RecoveryProducer:
             trajs = self._run(sampler, self.tokenizer, sandboxes, [messages] * g, task_ids=[task.name] * g,
                                  limits=self._limits([task]), params=self.cfg.sampling, key=run_key,
                                  script=self.script, pool=self.pool, prompt_tokens=[prompt] * g,
-                                 verify_fn=lambda sb: self.verify_fn(sb, task, **self._verify_kw))
+                                 verify_fn=lambda sb: self._verify_and_close(sb, task))
         finally:
             self.current_sandboxes = []
             for sb in sandboxes:
