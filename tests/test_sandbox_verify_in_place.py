@@ -57,6 +57,25 @@ def test_background_jobs_are_killed_before_the_tests(greeting):
     assert any(p.startswith("sleep infinity") for p in left)  # the container's main process lives on
 
 
+def test_side_by_side_verifications_all_run_in_place(docker_client, task_path):
+    """Under load (a GRPO group verifies its G attempts at once), the killed processes take a while
+    to exit; the sweep waits for them instead of giving up and verifying on a clone."""
+    from concurrent.futures import ThreadPoolExecutor
+    task = load_task(task_path("make_greeting"))
+    sandboxes = [DockerSandbox.from_task(task) for _ in range(3)]
+    try:
+        for sb in sandboxes:
+            sb.exec(FORKER)
+            sb.exec(REWARD_HACK)
+        with ThreadPoolExecutor(3) as ex:
+            results = list(ex.map(lambda sb: verify(sb, in_place=True), sandboxes))
+        assert [r.reward for r in results] == [0.0] * 3
+        assert all("verified in place" in (sb.exec("true").error or "") for sb in sandboxes)  # none fell back
+    finally:
+        for sb in sandboxes:
+            sb.close()
+
+
 def test_a_sandbox_verified_in_place_is_consumed(greeting):
     task, sb = greeting
     sb.exec("cd /tmp && export KEEP=me")

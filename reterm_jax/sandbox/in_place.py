@@ -8,7 +8,7 @@ the clone would:
 
 - **no process of the agent survives** (a clone starts with none: `docker commit` keeps only the
   filesystem). `end_processes` kills every process in the container but its init (PID 1) and
-  main `sleep infinity`, as root, repeatedly until a sweep finds nothing left, so a background
+  main `sleep infinity`, as root, in rounds until one finds nothing left, so a background
   job cannot rewrite `/logs/verifier` or `/tests` while the tests run, and a server the agent
   left running does not answer the tests where the clone's would not.
 - the agent's shell server is ended too, and the sandbox is marked consumed
@@ -27,10 +27,13 @@ import requests
 
 from reterm_jax.sandbox.client import SandboxError, get_client
 
-# bash builtins only (no fork inside the loop: `read` for /proc, `kill` for signals), so the sweep
-# neither races with its own children nor stalls when the agent exhausted the pids limit.
-# Kept: PID 1 (docker-init), this shell, zombies (init reaps them) and the container's main
-# process, which is the child of PID 1 that started first (`sleep infinity`).
+# bash builtins in the loop (`read` for /proc, `kill` for signals), so the sweep does not stall when
+# the agent exhausted the pids limit. Kept: PID 1 (docker-init), this shell and its children (the
+# `sleep` between rounds), zombies (init reaps them) and the container's main process, which is the
+# child of PID 1 that started first (`sleep infinity`). A killed process takes a moment to exit: a
+# round that signalled anything is followed by a short pause and another round, until one finds
+# nothing left (up to ROUNDS).
+ROUNDS = 50
 SWEEP = r'''
 main= first=
 for d in /proc/[0-9]*; do
@@ -39,21 +42,22 @@ for d in /proc/[0-9]*; do
   set -- ${s##*) }
   if [ "$2" = 1 ] && { [ -z "$first" ] || [ "${20}" -lt "$first" ]; }; then main=$p; first=${20}; fi
 done
-for ((round = 0; round < 50; round++)); do
-  killed=0
+for ((round = 0; round < ROUNDS; round++)); do
+  left=0
   for d in /proc/[0-9]*; do
     p=${d#/proc/}; s=
     if [ "$p" = 1 ] || [ "$p" = "$$" ] || [ "$p" = "$main" ]; then continue; fi
     read -r s <"$d/stat" 2>/dev/null || continue
     set -- ${s##*) }
-    [ "$1" = Z ] && continue
-    kill -KILL "$p" 2>/dev/null && killed=$((killed + 1))
+    if [ "$1" = Z ] || [ "$2" = "$$" ]; then continue; fi
+    kill -KILL "$p" 2>/dev/null && left=$((left + 1))
   done
-  [ "$killed" = 0 ] && exit 0
+  [ "$left" = 0 ] && exit 0
+  sleep 0.02 2>/dev/null
 done
-echo "processes survived 50 sweeps"
+echo "processes survived $round sweeps"
 exit 3
-'''
+'''.replace("ROUNDS", str(ROUNDS))
 
 
 class ProcessesSurvived(SandboxError):
