@@ -1,51 +1,44 @@
 """GRPO rollouts per second, old vs new: the producer of `train/grpo.py` (`RecoveryProducer.produce`:
 branch G sandboxes from a banked failure state, run the G recovery attempts, verify each, close)
-under two rollout settings, on the same failure states, keys and policy, one run.
+under several rollout settings, or code versions, on the same failure states, keys and policy, in
+one run.
 
-    old  rollout.engine=lockstep,   rollout.verify=clone     (the settings before issue 12)
-    new  rollout.engine=continuous, rollout.verify=in_place
+    --setups lockstep:clone,continuous:in_place   this checkout under `rollout.engine:rollout.verify`
+                                                  settings (default: the old ones, then the new ones)
+    --old CHECKOUT                                also the producer of another checkout (e.g. a
+                                                  `git worktree` of the commit before issue 12), as
+                                                  it was: no engine or verify setting
 
-(`--setups` takes any list of ENGINE:VERIFY; ratios are against the first.) The failure bank is
-seeded once from the bundled tasks' scripted faults (`bank.failures_from=fault_commands`, as the
-tiny preset does); round i of every setup recovers from the same entry with the same key. Rounds
-alternate setups, `--runs` each after one warm-up round each (compilation, image builds).
-Trajectories per second = G / the wall time of `produce()` (branching and closing included).
+Each setup runs in a worker process of its own (its own failure bank, seeded once from the
+bundled tasks' scripted faults, `bank.failures_from=fault_commands`, as the tiny preset does), after
+one warm-up round (compilation, image builds). Round i of every worker recovers from the same task's
+failure with the same key; rounds alternate workers, `--runs` each. Trajectories per second = G /
+the wall time of `produce()` (branching, verification and closing included); medians.
 
 Policies: `sampled` (default: the random tiny model at temperature 1, as the tiny GRPO run
 without a warm start: its attempts mostly end at the first malformed turn) or `scripted` (1-4 real
-commands an attempt, then an answer: bench/rollout_engines.py's turns).
+commands an attempt, then an answer: bench/scripted_turns.py).
 
-    python bench/grpo_producer.py [--group_size 4] [--runs 3] [--policy sampled] [--json]
+    python bench/grpo_producer.py [--old CHECKOUT] [--group_size 4] [--runs 5] [--policy sampled] [--json]
 Asserts nothing (benchmarks never gate tests).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import itertools
 import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-sys.path[:0] = [ROOT, os.path.join(ROOT, "tests"), os.path.dirname(os.path.abspath(__file__))]
-
-import jax  # noqa: E402
-
-from reterm_jax.data import load_tokenizer  # noqa: E402
-from reterm_jax.rl.failure_bank import FailureBank  # noqa: E402
-from reterm_jax.rl.harness import Limits  # noqa: E402
-from reterm_jax.rl.recovery import RecoveryConfig, RecoveryProducer  # noqa: E402
-from reterm_jax.rl.rollout import ENGINES, VERIFY_MODES  # noqa: E402
-from reterm_jax.sandbox import load_task  # noqa: E402
-from reterm_jax.sandbox.pool import SandboxPool  # noqa: E402
-from rl_test_utils import tiny_sampler  # noqa: E402
-from rollout_engines import scripted_turns  # noqa: E402
-
-TASKS = ["daily-report-append", "ini-config-retarget", "git-stash-hotfix", "crlf-normalize-repo"]  # with fault_commands
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..")
+TASKS = ["daily-report-append", "ini-config-retarget", "git-stash-hotfix", "crlf-normalize-repo"]  # with faults
 
 
 class _Pinned:
@@ -67,72 +60,128 @@ class _Pinned:
         return len(self.bank)
 
 
-def parse_setups(text: str) -> list[tuple[str, str]]:
-    setups = []
-    for item in text.split(","):
-        engine, _, verify = item.partition(":")
-        if engine not in ENGINES or verify not in VERIFY_MODES:
-            raise SystemExit(f"--setups {item!r}: use ENGINE:VERIFY with ENGINE in {ENGINES}, VERIFY in {VERIFY_MODES}")
-        setups.append((engine, verify))
-    return setups
+def serve(args) -> int:
+    """A worker: this setup's producer over `args.root`'s code; one JSON line per round asked on stdin."""
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    sys.path[:0] = [args.root, os.path.join(args.root, "tests"), HERE]
+    import jax
 
+    from reterm_jax.data import load_tokenizer
+    from reterm_jax.rl.failure_bank import FailureBank
+    from reterm_jax.rl.harness import Limits
+    from reterm_jax.rl.recovery import RecoveryConfig, RecoveryProducer
+    from reterm_jax.sandbox import load_task
+    from reterm_jax.sandbox.pool import SandboxPool
+    from rl_test_utils import tiny_sampler
+    from scripted_turns import scripted_turns
+    import reterm_jax
+    print(f"worker {args.setup}: reterm_jax from {os.path.dirname(reterm_jax.__file__)}", file=sys.stderr)
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--setups", default="lockstep:clone,continuous:in_place")
-    ap.add_argument("--group_size", type=int, default=4)
-    ap.add_argument("--runs", type=int, default=3, help="measured rounds per setup (after one warm-up each)")
-    ap.add_argument("--policy", choices=("sampled", "scripted"), default="sampled")
-    ap.add_argument("--turn_tokens", type=int, default=160, help="max new tokens per turn")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
-    setups = parse_setups(args.setups)
     tok = load_tokenizer()
     sampler = tiny_sampler(tok, max_length=4096)
     tasks = [load_task(os.path.join(ROOT, "tasks", name)) for name in TASKS]
     script = (lambda r, traj: scripted_turns(r)[len(traj.turns)]) if args.policy == "scripted" else None
     limits = Limits.tiny(max_new_tokens_per_turn=args.turn_tokens, max_turns=6, max_tokens=4096)
-    results: dict[str, list[dict]] = {f"{e}:{v}": [] for e, v in setups}
+    settings = dict(group_size=args.group_size, limits=limits, failures_from="fault_commands", min_failures=1)
+    if args.setup != "old":
+        engine, verify = args.setup.split(":")
+        settings.update(engine=engine, verify=verify)
+    fields = {f.name for f in dataclasses.fields(RecoveryConfig)}
+    if not set(settings) <= fields:
+        raise SystemExit(f"{args.root}: RecoveryConfig has no {sorted(set(settings) - fields)}")
     with tempfile.TemporaryDirectory() as tmp, SandboxPool(max_concurrency=2 * args.group_size) as pool:
         bank = FailureBank(os.path.join(tmp, "bank"))
         pinned = _Pinned(bank)
-        producers = {}
-        for engine, verify in setups:
-            cfg = RecoveryConfig(group_size=args.group_size, limits=limits, failures_from="fault_commands",
-                                 engine=engine, verify=verify, min_failures=1)
-            producers[f"{engine}:{verify}"] = RecoveryProducer(pinned, tasks, sampler, tok, cfg, pool=pool, script=script)
+        producer = RecoveryProducer(pinned, tasks, sampler, tok, RecoveryConfig(**settings), pool=pool, script=script)
         try:
-            next(iter(producers.values())).seed_from_faults()
-            entries = bank.entry_ids()
+            producer.seed_from_faults()
+            entries = sorted((bank.get(e) for e in bank.entry_ids()), key=lambda e: e.task_name)
             if not entries:
                 raise SystemExit("no failure state was banked from the tasks' scripted faults")
-            for i in range(args.runs + 1):
-                pinned.entry = bank.get(entries[i % len(entries)])
-                for name, producer in producers.items():
-                    start = time.monotonic()
-                    group = producer.produce(1, None, jax.random.key(i))
-                    wall = time.monotonic() - start
-                    if group is None:
-                        raise SystemExit(f"{name}: no group from {pinned.entry.entry_id}")
-                    timing = group.trajectories[0].timing or {}
-                    r = {"entry": pinned.entry.task_name, "wall_s": wall, "trajectories_per_s": args.group_size / wall,
-                         "rewards": group.rewards, "valid": group.valid,
-                         "turns": sum(len(t.turns) for t in group.trajectories),
-                         "timing": {k: round(v, 3) for k, v in timing.items() if isinstance(v, float)}}
-                    if i > 0:
-                        results[name].append(r)
-                    if not args.json:
-                        print(f"round {i}{' (warm-up)' if i == 0 else ''} {name:22s} {r['entry']:22s} "
-                              f"{wall:.2f} s, {r['trajectories_per_s']:.3f} trajectories/s, {r['turns']} turns, "
-                              f"valid {sum(group.valid)}/{len(group.valid)}", flush=True)
+            for line in itertools.chain(["0"], iter(sys.stdin.readline, "")):  # round 0: the warm-up
+                i = int(line)
+                pinned.entry = entries[i % len(entries)]
+                start = time.monotonic()
+                group = producer.produce(1, None, jax.random.key(i))
+                wall = time.monotonic() - start
+                if group is None:
+                    raise SystemExit(f"{args.setup}: no group from {pinned.entry.task_name}")
+                timing = group.trajectories[0].timing or {}
+                print(json.dumps({"round": i, "entry": pinned.entry.task_name, "wall_s": wall,
+                                  "trajectories_per_s": args.group_size / wall, "rewards": group.rewards,
+                                  "valid": group.valid, "turns": sum(len(t.turns) for t in group.trajectories),
+                                  "timing": {k: round(v, 3) for k, v in timing.items() if isinstance(v, float)}}),
+                      flush=True)
         finally:
             bank.destroy()
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--setups", default="lockstep:clone,continuous:in_place",
+                    help="comma-separated ENGINE:VERIFY settings of this checkout")
+    ap.add_argument("--old", default="", help="another checkout whose producer runs as it was (setup 'old')")
+    ap.add_argument("--group_size", type=int, default=4)
+    ap.add_argument("--runs", type=int, default=5, help="measured rounds per setup (after one warm-up each)")
+    ap.add_argument("--policy", choices=("sampled", "scripted"), default="sampled")
+    ap.add_argument("--turn_tokens", type=int, default=160, help="max new tokens per turn")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # a worker (internal)
+    ap.add_argument("--setup", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--root", default=ROOT, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.serve:
+        return serve(args)
+    sys.path.insert(0, ROOT)
+    from reterm_jax.rl.rollout import ENGINES, VERIFY_MODES
+    setups = {}
+    if args.old:
+        if not os.path.isdir(os.path.join(args.old, "reterm_jax")):
+            raise SystemExit(f"--old {args.old!r}: not a reterm_jax checkout (no reterm_jax/ in it)")
+        setups["old"] = os.path.abspath(args.old)
+    for item in filter(None, args.setups.split(",")):
+        engine, _, verify = item.partition(":")
+        if engine not in ENGINES or verify not in VERIFY_MODES:
+            raise SystemExit(f"--setups {item!r}: use ENGINE:VERIFY with ENGINE in {ENGINES}, VERIFY in {VERIFY_MODES}")
+        setups[item] = os.path.abspath(ROOT)
+    common = ["--group_size", str(args.group_size), "--policy", args.policy, "--turn_tokens", str(args.turn_tokens)]
+    workers = {name: subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", "--setup", name,
+                                       "--root", root] + common, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      text=True, bufsize=1)
+               for name, root in setups.items()}
+    results: dict[str, list[dict]] = {name: [] for name in setups}
+    try:
+        for name, w in workers.items():  # warm-ups (the workers seed and compile side by side)
+            first = w.stdout.readline()
+            if not first:
+                raise SystemExit(f"worker {name} ended before its warm-up round (its stderr says why)")
+            if not args.json:
+                r = json.loads(first)
+                print(f"warm-up {name:22s} {r['wall_s']:.2f} s", flush=True)
+        for i in range(1, args.runs + 1):
+            for name, w in workers.items():
+                w.stdin.write(f"{i}\n")
+                line = w.stdout.readline()
+                if not line:
+                    raise SystemExit(f"worker {name} ended at round {i} (its stderr says why)")
+                r = json.loads(line)
+                results[name].append(r)
+                if not args.json:
+                    print(f"round {i} {name:22s} {r['entry']:22s} {r['wall_s']:.2f} s, "
+                          f"{r['trajectories_per_s']:.3f} trajectories/s, {r['turns']} turns, "
+                          f"valid {sum(r['valid'])}/{len(r['valid'])}", flush=True)
+    finally:
+        for w in workers.values():
+            w.stdin.close()
+        for w in workers.values():
+            w.wait()
     med = {name: statistics.median(r["trajectories_per_s"] for r in rs) for name, rs in results.items()}
     first = next(iter(med))
     out = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
            "date": time.strftime("%Y-%m-%d"), "policy": args.policy, "group_size": args.group_size,
-           "runs": args.runs, "trajectories_per_s": med, "ratio_to_first": {k: v / med[first] for k, v in med.items()},
-           "rounds": results}
+           "runs": args.runs, "old": args.old, "trajectories_per_s": med,
+           "ratio_to_first": {k: v / med[first] for k, v in med.items()}, "rounds": results}
     if args.json:
         print(json.dumps(out))
     else:

@@ -29,36 +29,22 @@ import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]  # runnable from a checkout
+sys.path[:0] = [ROOT, os.path.join(ROOT, "tests"), os.path.dirname(os.path.abspath(__file__))]  # from a checkout
 
 import jax  # noqa: E402
 
 from reterm_jax.data import load_tokenizer  # noqa: E402
 from reterm_jax.rl.continuous import run_continuous  # noqa: E402
-from reterm_jax.rl.harness import Limits, bash_call_xml, initial_messages  # noqa: E402
+from reterm_jax.rl.harness import Limits, initial_messages  # noqa: E402
 from reterm_jax.rl.rollout import run_episodes  # noqa: E402
 from reterm_jax.rl.sampling import SamplingParams  # noqa: E402
 from reterm_jax.sandbox import DockerSandbox, load_task, verify  # noqa: E402
 from reterm_jax.sandbox.pool import SandboxPool  # noqa: E402
 from reterm_jax.sandbox.snapshots import start_sandboxes  # noqa: E402
 from rl_test_utils import tiny_sampler  # noqa: E402
+from scripted_turns import scripted_turns  # noqa: E402
 
 TASKS = ["daily-report-append", "csv-region-totals", "env-file-loader", "checksum-quarantine"]
-COMMANDS = ["ls -la /app", "find /app -maxdepth 2 -type f | head -20", "wc -c /app/* 2>/dev/null | tail -3",
-            "cat /app/*.txt 2>/dev/null | head -15", "sleep 0.3; date"]
-
-
-def scripted_turns(episode: int) -> list[str]:
-    """1-4 commands with reasoning of varied length, then a final answer (deterministic per episode)."""
-    n = 1 + episode % 4
-    turns = []
-    for k in range(n):
-        think = "Let me look at the files before I change anything. " * (1 + (episode + 2 * k) % 3)
-        turns.append(f"{think}\n</think>\n\n" + bash_call_xml(COMMANDS[(episode + k) % len(COMMANDS)]) + "<|im_end|>")
-    turns.append("Checked.\n</think>\n\nThe task is complete.<|im_end|>")
-    return turns
-
-
 def one_round(engine: str, tasks, sampler, tok, args, pool) -> dict:
     g, n = args.group_size, args.groups * args.group_size
     group_tasks = [tasks[i % len(tasks)] for i in range(args.groups)]
