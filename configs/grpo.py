@@ -79,9 +79,10 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     #                                 activations are one chunk's whatever the history's length (0: one call)
     c.rollout.kv_cache_dtype = ""   # the samplers' K/V cache: "" = the compute dtype; "float8_e4m3fn" halves
     #                                 a bf16 cache (values rounded to fp8, no scales; docs/plan.md)
-    c.rollout.engine = "lockstep"   # how a group's G attempts share the sampler: "lockstep" (a turn at a time,
-    #                                 rows wait for the slowest tool call) or "continuous" (slots: a row waiting
-    #                                 on its sandbox pauses while the others decode; rl/continuous.py)
+    c.rollout.engine = "continuous"  # how a group's G attempts share the sampler: "continuous" (slots: a row
+    #                                 waiting on its sandbox pauses while the others decode, an ended attempt is
+    #                                 verified at once; rl/continuous.py) or "lockstep" (a turn at a time, rows
+    #                                 wait for the slowest tool call). Same tokens for the same keys.
     c.rollout.decode_burst = 32     # continuous: decode steps per sampler call between looks at the sandboxes
     c.rollout.verify = "in_place"   # where an attempt's tests run: "in_place" (its own container, every process
     #                                 it left killed first: nothing continues from it) or "clone" (a clone of its
