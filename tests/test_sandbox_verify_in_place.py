@@ -1,5 +1,7 @@
 """verify(in_place=True): the tests run in the attempt's own container once every process the agent
 left is gone, and give what a clone gives, against the real Docker engine."""
+import shutil
+
 import pytest
 
 from reterm_jax.sandbox import DockerSandbox, load_task, run_oracle, verify
@@ -102,3 +104,23 @@ def test_in_place_on_a_dead_sandbox_is_a_failed_result(greeting, docker_client):
     docker_client.api.kill(sb.id)
     r = verify(sb, in_place=True)
     assert r.reward == 0.0 and r.infrastructure and r.error
+
+
+def test_an_image_with_another_user_is_swept_and_verified_as_its_user(docker_client, task_path, tmp_path):
+    """Not root: the sweep runs as the image's user (a root exec would get no capabilities there),
+    whose processes are all the container's, and the tests run as that user, as on a clone."""
+    task_dir = tmp_path / "as_agent"
+    shutil.copytree(task_path("make_greeting"), task_dir)
+    with open(task_dir / "environment" / "Dockerfile", "a") as f:
+        f.write("RUN useradd -m agent && mkdir -p /logs && chown agent /app /logs\nUSER agent\n")
+    task = load_task(task_dir)
+    with DockerSandbox.from_task(task) as sb, DockerSandbox.from_task(task) as other:
+        assert sb.exec("whoami").output == "agent\n"
+        assert run_oracle(sb).exit_code == 0 and run_oracle(other).exit_code == 0
+        sb.exec("rm /app/greeting.txt")
+        sb.exec(REWARD_HACK)
+        r = verify(sb, in_place=True)
+        assert r.reward == 0.0 and not r.infrastructure, r
+        assert not any("reward.txt" in p for p in _processes(sb))
+        assert sb.exec("stat -c %U /logs/verifier/reward.txt", persist=False).output == "agent\n"
+        assert verify(other, in_place=True).resolved

@@ -8,7 +8,7 @@ the clone would:
 
 - **no process of the agent survives** (a clone starts with none: `docker commit` keeps only the
   filesystem). `end_processes` kills every process in the container but its init (PID 1) and
-  main `sleep infinity`, as root, in rounds until one finds nothing left, so a background
+  main `sleep infinity`, in rounds until one finds nothing left, so a background
   job cannot rewrite `/logs/verifier` or `/tests` while the tests run, and a server the agent
   left running does not answer the tests where the clone's would not.
 - the agent's shell server is ended too, and the sandbox is marked consumed
@@ -22,10 +22,7 @@ container.
 """
 from __future__ import annotations
 
-import docker
-import requests
-
-from reterm_jax.sandbox.client import SandboxError, get_client
+from reterm_jax.sandbox.client import SandboxError
 
 # bash builtins in the loop (`read` for /proc, `kill` for signals), so the sweep does not stall when
 # the agent exhausted the pids limit. Kept: PID 1 (docker-init), this shell and its children (the
@@ -34,49 +31,60 @@ from reterm_jax.sandbox.client import SandboxError, get_client
 # round that signalled anything is followed by a short pause and another round, until one finds
 # nothing left (up to ROUNDS).
 ROUNDS = 50
+SURVIVED = 3  # the sweep's status when processes were left
 SWEEP = r'''
-main= first=
-for d in /proc/[0-9]*; do
-  p=${d#/proc/}; s=
-  read -r s <"$d/stat" 2>/dev/null || continue
-  set -- ${s##*) }
-  if [ "$2" = 1 ] && { [ -z "$first" ] || [ "${20}" -lt "$first" ]; }; then main=$p; first=${20}; fi
-done
-for ((round = 0; round < ROUNDS; round++)); do
-  left=0
+reterm_sweep() {
+  local main= first= d p s round left
   for d in /proc/[0-9]*; do
     p=${d#/proc/}; s=
-    if [ "$p" = 1 ] || [ "$p" = "$$" ] || [ "$p" = "$main" ]; then continue; fi
-    read -r s <"$d/stat" 2>/dev/null || continue
+    { read -r s <"$d/stat"; } 2>/dev/null || continue
     set -- ${s##*) }
-    if [ "$1" = Z ] || [ "$2" = "$$" ]; then continue; fi
-    kill -KILL "$p" 2>/dev/null && left=$((left + 1))
+    if [ "$2" = 1 ] && { [ -z "$first" ] || [ "${20}" -lt "$first" ]; }; then main=$p; first=${20}; fi
   done
-  [ "$left" = 0 ] && exit 0
-  sleep 0.02 2>/dev/null
-done
-echo "processes survived $round sweeps"
-exit 3
-'''.replace("ROUNDS", str(ROUNDS))
+  for ((round = 0; round < ROUNDS; round++)); do
+    left=0
+    for d in /proc/[0-9]*; do
+      p=${d#/proc/}; s=
+      if [ "$p" = 1 ] || [ "$p" = "$$" ] || [ "$p" = "$main" ]; then continue; fi
+      { read -r s <"$d/stat"; } 2>/dev/null || continue
+      set -- ${s##*) }
+      if [ "$1" = Z ] || [ "$2" = "$$" ]; then continue; fi
+      kill -KILL "$p" 2>/dev/null; left=$((left + 1))  # signalled or not (not ours): it was there
+    done
+    [ "$left" = 0 ] && return 0
+    sleep 0.02 2>/dev/null
+  done
+  echo "processes survived $round rounds"
+  return SURVIVED
+}
+'''.replace("ROUNDS", str(ROUNDS)).replace("SURVIVED", str(SURVIVED))
+
+
+REASON = "it was verified in place"
 
 
 class ProcessesSurvived(SandboxError):
     """The sweep ran but processes were left: the container cannot be made to look like a clone."""
 
 
-def end_processes(sandbox) -> None:
-    """Kill every process of the agent in `sandbox` (its shell server too) and consume it: no
-    agent command or snapshot after this. Raises, leaving it unconsumed, ProcessesSurvived when
-    some process outlived the sweep (the caller then verifies on a clone) and SandboxError when the
-    container or the engine did not answer."""
-    try:
-        api = get_client(sandbox.endpoint).api
-        exec_id = api.exec_create(sandbox.id, ["bash", "-c", SWEEP], user="root", stdout=True, stderr=True)["Id"]
-        output = api.exec_start(exec_id)
-        code = api.exec_inspect(exec_id).get("ExitCode")
-    except (docker.errors.APIError, requests.RequestException) as e:
-        raise SandboxError(f"could not end the processes of {sandbox.name}: {e}") from e
-    if code != 0:
-        said = output.decode(errors="replace").strip()[-300:]
-        raise ProcessesSurvived(f"could not end the processes of {sandbox.name}: exit {code} {said}")
-    sandbox.consume("it was verified in place")
+def end_processes(sandbox, then: str = "") -> bool:
+    """Kill every process of the agent in `sandbox` (its shell server too), run `then` (bash) and
+    consume it: no agent command or snapshot after this. Returns True (`then` ran). Raises, leaving
+    it unconsumed, ProcessesSurvived when some process outlived the sweep (the caller then verifies
+    on a clone) and SandboxError when `then` failed or the container or the engine did not answer.
+
+    The sweep is the prelude of the verifier's new shell server: one `docker exec` for both. It
+    runs as the image's user, as the verifier does: root with the sandbox's capabilities (KILL
+    among them), or the image's own user, whose processes are all the container's (a root exec
+    there gets no capabilities, and no-new-privileges keeps the agent from gaining any)."""
+    prelude = f"{SWEEP}\nreterm_sweep >/dev/null 2>&1 || exit $?"
+    if then:
+        prelude += f"\n{{ {then}\n}} >/dev/null 2>&1 || exit {SURVIVED + 1}"
+    code = sandbox.consume(REASON, prelude=prelude)
+    if code is None:
+        return True
+    if code == SURVIVED:
+        raise ProcessesSurvived(f"could not end the processes of {sandbox.name}: some survived {ROUNDS} rounds")
+    if code == SURVIVED + 1:
+        raise SandboxError(f"could not prepare {sandbox.name} for its verifier (`{then}` failed)")
+    raise SandboxError(f"could not end the processes of {sandbox.name}: the sweep ended with status {code}")

@@ -34,7 +34,7 @@ import requests
 
 from reterm_jax.sandbox import labels, shell
 from reterm_jax.sandbox.client import SandboxError, current_endpoint, get_client, retry
-from reterm_jax.sandbox.session import SessionBroken, ShellSession
+from reterm_jax.sandbox.session import PreludeFailed, SessionBroken, ShellSession
 from reterm_jax.sandbox.shell import ExecResult
 from reterm_jax.sandbox.task import Task
 
@@ -345,8 +345,9 @@ class DockerSandbox:
         except Exception:  # noqa: BLE001
             return False
 
-    def put_dir(self, local_dir: str | os.PathLike, dest: str) -> None:
-        """Copy a host directory to `dest` in the container (replacing it), owned by root."""
+    def put_dir(self, local_dir: str | os.PathLike, dest: str, *, replace: bool = True) -> None:
+        """Copy a host directory to `dest` in the container (replacing it), owned by root.
+        replace=False: the caller made sure `dest` does not exist and its parent does."""
         local_dir, dest = Path(local_dir), dest.rstrip("/")
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -356,10 +357,11 @@ class DockerSandbox:
                 return info
             tar.add(local_dir, arcname=os.path.basename(dest), filter=as_root)
         parent = os.path.dirname(dest) or "/"
-        prep = self.exec(f"rm -rf {shlex.quote(dest)} && mkdir -p {shlex.quote(parent)}",
-                         timeout=60, persist=False)
-        if not prep.ok or prep.exit_code != 0:
-            raise SandboxError(f"cannot prepare {dest} in {self.name}: {prep.error or prep.output}")
+        if replace:
+            prep = self.exec(f"rm -rf {shlex.quote(dest)} && mkdir -p {shlex.quote(parent)}",
+                             timeout=60, persist=False)
+            if not prep.ok or prep.exit_code != 0:
+                raise SandboxError(f"cannot prepare {dest} in {self.name}: {prep.error or prep.output}")
         try:
             retry(lambda: get_client(self.endpoint).api.put_archive(self.id, parent, buf.getvalue()),
                   what="put_archive")
@@ -373,15 +375,28 @@ class DockerSandbox:
             raise SandboxError(f"sandbox {self.name} cannot be snapshotted: {self._consumed}")
         return take_snapshot(self)
 
-    def consume(self, reason: str) -> None:
+    def consume(self, reason: str, *, prelude: str = "") -> int | None:
         """The agent's attempt here is over for good (e.g. verified in place: in_place.py): its
         shell server ends, and agent commands (persist=True) and snapshots are refused with `reason`.
-        Verifier commands (persist=False) still run, on a new server."""
+        Verifier commands (persist=False) still run, on a new server. With `prelude` (bash run in
+        the new server's process before it serves) the new server starts now, and if the prelude
+        fails nothing is consumed: returns its exit status (None: consumed)."""
         with self._lock:
-            self._consumed = reason
+            if self._closed:
+                raise SandboxError(f"sandbox {self.name} is closed")
             if self._session is not None:
                 self._session.close()
                 self._session = None
+            if prelude:
+                try:
+                    self._session = ShellSession(get_client(self.endpoint).api, self.id, shell.OUTER, shell.INNER,
+                                                 prelude=prelude)
+                except PreludeFailed as e:
+                    return e.exit_code
+                except (docker.errors.APIError, requests.RequestException) as e:
+                    raise SandboxError(f"sandbox {self.name}: could not start a shell server: {e}") from e
+            self._consumed = reason
+        return None
 
     def close(self) -> None:
         with self._lock:

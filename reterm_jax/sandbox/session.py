@@ -19,6 +19,7 @@ import secrets
 import select
 import socket
 import struct
+import time
 
 import docker
 
@@ -39,14 +40,47 @@ class SessionBroken(Exception):
         self.stalled = stalled
 
 
+READY = b"reterm-server-ready\n"
+
+
+class PreludeFailed(Exception):
+    """The bash run before the server (ShellSession's `prelude`) failed: `exit_code` is its status."""
+
+    def __init__(self, exit_code: int | None):
+        super().__init__(f"the shell server's prelude failed (exit {exit_code})")
+        self.exit_code = exit_code
+
+
+def _exit_code(api: docker.APIClient, exec_id: str, wait_s: float = 2.0) -> int | None:
+    """An ended exec's exit status (the engine may report it a moment after its stream ends)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        info = api.exec_inspect(exec_id)
+        if not info.get("Running") or time.monotonic() >= deadline:
+            return info.get("ExitCode")
+        time.sleep(0.02)
+
+
 class ShellSession:
-    def __init__(self, api: docker.APIClient, container_id: str, outer: str, inner: str):
-        argv = ["bash", "-c", SERVER, "reterm-server", outer, inner]
-        exec_id = api.exec_create(container_id, argv,
-                                  stdin=True, stdout=True, stderr=False)["Id"]
+    def __init__(self, api: docker.APIClient, container_id: str, outer: str, inner: str, *,
+                 prelude: str = "", ready_timeout_s: float = 120.0):
+        """prelude: bash run in the server's process before it serves (silent on stdout; an exit
+        ends it): the server starts only if it succeeds, else PreludeFailed."""
+        script = SERVER if not prelude else f"{prelude}\nprintf '%s' '{READY.decode()}'\n{SERVER}"
+        argv = ["bash", "-c", script, "reterm-server", outer, inner]
+        exec_id = api.exec_create(container_id, argv, stdin=True, stdout=True, stderr=False)["Id"]
         self._handle = api.exec_start(exec_id, socket=True)  # keeps the connection alive
         self._sock: socket.socket = getattr(self._handle, "_sock", self._handle)
         self._buf = b""
+        if prelude:
+            self._sock.settimeout(ready_timeout_s)
+            try:
+                while not self._buf.endswith(READY):
+                    self._buf += self._next_stdout_frame()
+            except (SessionBroken, OSError):
+                self.close()
+                raise PreludeFailed(_exit_code(api, exec_id)) from None
+            self._buf = b""
 
     def request(self, command: str, *, persist: bool, timeout_s: int, head_bytes: int,
                 max_file_bytes: int, read_timeout_s: float) -> bytes:

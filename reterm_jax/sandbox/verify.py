@@ -30,6 +30,7 @@ from reterm_jax.sandbox.task import Task
 
 log = logging.getLogger(__name__)
 REWARD_DIR = "/logs/verifier"
+_PREPARE = f"rm -rf /tests {REWARD_DIR} && mkdir -p {REWARD_DIR}"  # before tests/ is copied in
 _READ_REWARD = (f"for f in {REWARD_DIR}/reward.txt {REWARD_DIR}/reward.json; do "
                 "if [ -f \"$f\" ]; then echo \"== $f\"; head -c 65536 \"$f\"; echo; fi; done")
 
@@ -117,13 +118,13 @@ def verify(sandbox: DockerSandbox, task: Task | None = None, *,
     start = time.monotonic()
     if in_place:
         try:
-            end_processes(sandbox)
+            prepared = end_processes(sandbox, then=_PREPARE)  # True
         except ProcessesSurvived as e:
             log.warning("%s; verifying on a clone instead", e)
         except SandboxError as e:
             return _failed(start, f"could not verify in place: {e}")
         else:
-            return _run_tests(sandbox, task, timeout_s, start)
+            return _run_tests(sandbox, task, timeout_s, start, prepared=prepared)
     try:
         snap = snapshot or sandbox.snapshot()
     except SandboxError as e:
@@ -138,16 +139,19 @@ def verify(sandbox: DockerSandbox, task: Task | None = None, *,
             snap.release()
 
 
-def _run_tests(box: DockerSandbox, task: Task, timeout_s: float, start: float) -> VerifyResult:
+def _run_tests(box: DockerSandbox, task: Task, timeout_s: float, start: float, *,
+               prepared: bool = False) -> VerifyResult:
     """tests/ over /tests, an empty reward dir, `bash /tests/test.sh` from the image's working
-    dir and environment, and the reward files read back (verify's contract, in `box`)."""
+    dir and environment, and the reward files read back (verify's contract, in `box`).
+    prepared: _PREPARE already ran (no /tests, an empty reward dir)."""
     try:
-        box.put_dir(task.tests_dir, "/tests")
+        box.put_dir(task.tests_dir, "/tests", replace=not prepared)
     except SandboxError as e:
         return _failed(start, f"verifier sandbox failed: {e}")
-    prep = box.exec(f"rm -rf {REWARD_DIR} && mkdir -p {REWARD_DIR}", 60, persist=False)
-    if not prep.ok or prep.exit_code:
-        return _failed(start, f"could not prepare {REWARD_DIR}: {prep.error or prep.output}")
+    if not prepared:
+        prep = box.exec(f"rm -rf {REWARD_DIR} && mkdir -p {REWARD_DIR}", 60, persist=False)
+        if not prep.ok or prep.exit_code:
+            return _failed(start, f"could not prepare {REWARD_DIR}: {prep.error or prep.output}")
     r = box.exec("bash /tests/test.sh", timeout_s, persist=False)
     if not r.ok:
         return _failed(start, f"verifier sandbox failed: {r.error}", r)
