@@ -123,8 +123,14 @@ def test_shared_first_attempt_branches_recovery_and_retry(docker_client):
     name = "daily-report-append"
     task, path = load_task(TASKS / name), DAMAGED_FILE[name]
     probe = Probe(path)
+    calls = []  # how each attempt was verified: in place only when nothing continues its sandbox
+
+    def verify_fn(sb, task, in_place=False):
+        calls.append(in_place)
+        return verify(sb, task, in_place=in_place)
     pass1, retry, recovery = evaluation.shared_first_attempt(probe, task, sandbox_factory=DockerSandbox.from_task,
-                                                             verify_fn=verify, sample=3)
+                                                             verify_fn=verify_fn, sample=3)
+    assert calls == [False, True, True]
     assert [t.protocol for t in (pass1, retry, recovery)] == list(evaluation.PROTOCOLS)
     assert pass1.attempts[0] is retry.attempts[0] is recovery.attempts[0] and not pass1.resolved
     assert len(pass1.attempts) == 1 and retry.resolved and recovery.resolved and retry.sample == 3

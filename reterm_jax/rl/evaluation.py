@@ -1,8 +1,9 @@
 """Scoring protocols (docs/reterm_method.md, "Recovery protocol") and their aggregation.
 
 A policy is `attempt(task, sandbox, history, index) -> AttemptResult` (reterm_jax.rl.policies).
-Every attempt is verified by `sandbox.verify`, which snapshots the state BEFORE verification and
-runs the tests on a clone, so the verifier's own writes never reach the agent's sandbox:
+Every attempt is verified by `sandbox.verify`. One that another attempt continues is verified on a
+clone of its state, so the verifier's own writes never reach the agent's sandbox; a trial's last
+attempt in its sandbox is verified in place, once its processes are killed (the same view):
 
     pass_at_1      one attempt from the clean state;
     retry_at_k     up to k attempts, each from a fresh sandbox and an empty memory;
@@ -24,6 +25,7 @@ a task that cannot be loaded, built or run becomes a failed Trial with `error` s
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import time
 from collections.abc import Callable
 
@@ -74,14 +76,17 @@ def _record(index: int, res: AttemptResult, v) -> AttemptRecord:
 
 def _attempt(policy: Policy, task, sandbox, history, index: int, verify_fn,
              context: list[int] | None = None, *, sample: int = 0,
-             stream: str = "") -> tuple[AttemptResult, AttemptRecord]:
-    # context: the previous attempt's exact tokens, for a policy that has them (the model)
+             stream: str = "", last: bool = False) -> tuple[AttemptResult, AttemptRecord]:
+    """context: the previous attempt's exact tokens, for a policy that has them (the model).
+    last: nothing continues from `sandbox` after this attempt, so a verify_fn that can (sandbox.verify)
+    verifies it in place (its processes killed first: what a clone would see, without one)."""
     kw = {} if context is None else {"context": context}
     if getattr(policy, "per_trial_keys", False):
         kw.update(sample=sample, stream=stream)
     res = policy(task, sandbox, history, index, **kw)
     # A sandbox that broke mid-attempt has no state worth verifying: reward 0, error kept.
-    v = None if res.error else verify_fn(sandbox, task)
+    in_place = {"in_place": True} if last and "in_place" in inspect.signature(verify_fn).parameters else {}
+    v = None if res.error else verify_fn(sandbox, task, **in_place)
     return res, _record(index, res, v)
 
 
@@ -96,7 +101,8 @@ def retry_at_k(policy: Policy, task, *, k: int, sandbox_factory, verify_fn, samp
     trial = Trial(task.name, protocol, sample)
     for i in range(k):
         with sandbox_factory(task) as sb:
-            _, rec = _attempt(policy, task, sb, None, i, verify_fn, sample=sample, stream="retry" if i else "")
+            _, rec = _attempt(policy, task, sb, None, i, verify_fn, sample=sample, stream="retry" if i else "",
+                              last=True)
         trial.attempts.append(rec)
         if rec.resolved:
             break
@@ -105,12 +111,12 @@ def retry_at_k(policy: Policy, task, *, k: int, sandbox_factory, verify_fn, samp
 
 def recovery_at_k(policy: Policy, task, *, k: int, sandbox_factory, verify_fn, sample: int = 0) -> Trial:
     """Keep the post-failure state and the failed history: one sandbox for all attempts; the
-    verifier only ever sees clones, so attempt i+1 starts from attempt i's unverified state."""
+    verifier sees clones of all but the last, so attempt i+1 starts from attempt i's unverified state."""
     trial = Trial(task.name, "recovery@k", sample)
     history, context = None, None
     with sandbox_factory(task) as sb:
         for i in range(k):
-            res, rec = _attempt(policy, task, sb, history, i, verify_fn, context, sample=sample)
+            res, rec = _attempt(policy, task, sb, history, i, verify_fn, context, sample=sample, last=i == k - 1)
             trial.attempts.append(rec)
             if rec.resolved or res.error:  # a broken sandbox cannot be recovered from
                 break
@@ -131,10 +137,10 @@ def shared_first_attempt(policy: Policy, task, *, sandbox_factory, verify_fn, sa
         if first.resolved or res.error:
             return trials
         _, rec = _attempt(policy, task, sb, res.messages, 1, verify_fn, getattr(res, "context", None),
-                          sample=sample)
+                          sample=sample, last=True)
         trials[2].attempts.append(rec)
     with sandbox_factory(task) as fresh:
-        _, rec = _attempt(policy, task, fresh, None, 1, verify_fn, sample=sample, stream="retry")
+        _, rec = _attempt(policy, task, fresh, None, 1, verify_fn, sample=sample, stream="retry", last=True)
     trials[1].attempts.append(rec)
     return trials
 
