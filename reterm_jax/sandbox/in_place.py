@@ -1,19 +1,22 @@
 """Ending an attempt for verification in its own container (`verify(..., in_place=True)`).
 
 Verification on a clone (verify.py) exists so that the agent can continue from the unverified
-state. A GRPO attempt is never continued: its container is removed after the verdict. There the
-clone buys nothing but its cost (a commit, a container start and removal: ~0.36 s of the ~0.5 s a
-verification took on a 2-core machine), as long as the attempt's container is made to look like
-the clone would:
+state. A GRPO attempt, or an evaluation trial's last attempt, is never continued: its container is
+removed after the verdict. There the clone buys nothing but its cost (a commit, a container start
+and its removal: about half of a verification's time on a 2-core machine), as long as the
+attempt's container is made to look like the clone would:
 
 - **no process of the agent survives** (a clone starts with none: `docker commit` keeps only the
   filesystem). `end_processes` kills every process in the container but its init (PID 1) and
-  main `sleep infinity`, in rounds until one finds nothing left, so a background
-  job cannot rewrite `/logs/verifier` or `/tests` while the tests run, and a server the agent
-  left running does not answer the tests where the clone's would not.
+  main `sleep infinity`, in rounds until one finds nothing left, so a background job cannot
+  rewrite `/logs/verifier` or `/tests` while the tests run, and a server the agent left running
+  does not answer the tests where the clone's would not. A process it cannot end (not
+  signalable, or still there after ROUNDS rounds) sends the verification to a clone.
 - the agent's shell server is ended too, and the sandbox is marked consumed
   (`DockerSandbox.consume`): it runs no more agent commands and takes no snapshot.
-- everything else is verify.py's, shared by both paths: tests/ copied over /tests, an emptied
+- the sweep, then the removal of /tests and /logs/verifier, is the prelude of the verifier's new
+  shell server: one `docker exec`, as the image's user, as the verifier's commands on a clone.
+- everything else is verify.py's, shared by both paths: tests/ copied to /tests, the emptied
   /logs/verifier, the tests run from the image's working dir with the image's environment.
 
 What differs from a clone: files on mounts `docker commit` leaves out (/dev/shm, tmpfs
