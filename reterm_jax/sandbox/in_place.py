@@ -70,10 +70,9 @@ class ProcessesSurvived(SandboxError):
     """The sweep ran but processes were left: the container cannot be made to look like a clone."""
 
 
-def end_processes(sandbox, then: str = "") -> bool:
+def end_processes(sandbox, then: str = "") -> None:
     """Kill every process of the agent in `sandbox` (its shell server too), run `then` (bash) and
-    consume it: no agent command or snapshot after this. Returns True (`then` ran). Raises, leaving
-    it unconsumed, ProcessesSurvived when some process outlived the sweep (the caller then verifies
+    consume it: no agent command or snapshot after this. Raises, leaving it unconsumed, ProcessesSurvived when some process outlived the sweep (the caller then verifies
     on a clone) and SandboxError when `then` failed or the container or the engine did not answer.
 
     The sweep is the prelude of the verifier's new shell server: one `docker exec` for both. It
@@ -85,9 +84,10 @@ def end_processes(sandbox, then: str = "") -> bool:
         prelude += f"\n{{ {then}\n}} >/dev/null 2>&1 || exit {SURVIVED + 1}"
     code = sandbox.consume(REASON, prelude=prelude)
     if code is None:
-        return True
+        return
     if code == SURVIVED:
-        raise ProcessesSurvived(f"could not end the processes of {sandbox.name}: some survived {ROUNDS} rounds")
+        raise ProcessesSurvived(f"could not end the processes of {sandbox.name}: some were still there after "
+                                f"{ROUNDS} rounds")
     if code == SURVIVED + 1:
         raise SandboxError(f"could not prepare {sandbox.name} for its verifier (`{then}` failed)")
     raise SandboxError(f"could not end the processes of {sandbox.name}: the sweep ended with status {code}")

@@ -1,4 +1,4 @@
-"""Verification on a clone, and the oracle solution.
+"""Verification on a clone or in place, and the oracle solution.
 
 verify(sb): commit the sandbox's current state, start a clone from it, copy tests/ to
 /tests (replacing anything the agent put there), empty /logs/verifier (so an agent
@@ -6,6 +6,10 @@ cannot pre-write a reward), run `bash /tests/test.sh` from the image's working d
 with the image's environment (not the agent's cwd/env) under the verifier timeout,
 read the reward, and throw the clone and the snapshot away. The sandbox the agent
 continues from never sees the verifier's side effects.
+
+verify(sb, in_place=True), for an attempt nothing continues from: the same tests in `sb`
+itself, once every process the agent left is killed (in_place.py), so they see what a clone
+would; `sb` is consumed.
 
 Reward: /logs/verifier/reward.txt holds one float. reward.json holds {name: float};
 it reduces to its "reward" key if present, else to the mean of its values. When both
@@ -118,13 +122,13 @@ def verify(sandbox: DockerSandbox, task: Task | None = None, *,
     start = time.monotonic()
     if in_place:
         try:
-            prepared = end_processes(sandbox, then=_PREPARE)  # True
+            end_processes(sandbox, then=_PREPARE)
         except ProcessesSurvived as e:
             log.warning("%s; verifying on a clone instead", e)
         except SandboxError as e:
             return _failed(start, f"could not verify in place: {e}")
         else:
-            return _run_tests(sandbox, task, timeout_s, start, prepared=prepared)
+            return _run_tests(sandbox, task, timeout_s, start, prepared=True)
     try:
         snap = snapshot or sandbox.snapshot()
     except SandboxError as e:
