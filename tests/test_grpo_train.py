@@ -270,6 +270,10 @@ def test_presets_check_and_match_the_sft_model():
     with pytest.raises(ValueError, match="rollout.engine='slots': use one of lockstep, continuous"):
         check_config(c, 1)
     c = grpo_config.get_config("tiny")
+    c.rollout.verify = "copy"
+    with pytest.raises(ValueError, match="rollout.verify='copy': use one of in_place, clone"):
+        check_config(c, 1)
+    c = grpo_config.get_config("tiny")
     c.init.sft_data = "/nonexistent/demos.jsonl"
     with pytest.raises(ValueError, match="init.sft_data=/nonexistent/demos.jsonl: no such file"):
         check_config(c, 1)
