@@ -155,3 +155,46 @@ def test_seeding_from_fault_commands_banks_the_scripted_failure_once(bank, task_
         RecoveryConfig(failures_from="bogus")
     with pytest.raises(ValueError, match="engine='slots'"):
         RecoveryConfig(engine="slots")
+
+
+def test_prefetch_branches_the_next_group_while_this_one_runs(bank, task_path, sampler, tok, docker_client,
+                                                              monkeypatch):
+    """prefetch=True: a group draws the next entry and starts its G branches before its own attempts;
+    the next produce() runs in those containers (no branch of its own); an entry is never branched
+    ahead of itself (its pin would keep record() from retiring it); a stopping worker closes what it
+    started ahead."""
+    task = load_task(task_path("make_greeting"))
+    cfg = RecoveryConfig(group_size=2, limits=Limits.tiny(max_new_tokens_per_turn=160, max_tokens=2048),
+                         min_failures=2, collect_batch=2, prefetch=True)
+    producer = RecoveryProducer(bank, [task], sampler, tok, cfg, script=lambda r, t: GIVE_UP[len(t.turns)],
+                                collect_script=lambda r, t: FAILED[len(t.turns)])
+    branched = []
+    real_branch = bank.branch
+    monkeypatch.setattr(bank, "branch", lambda entry, n, **kw: branched.append(entry.entry_id) or
+                        real_branch(entry, n, **kw))
+    first = producer.produce(1, None, jax.random.key(0))
+    assert len(bank) == 2 and first.valid == [True, True]
+    entry, pending = producer._prefetch  # the bank's next entry, its branches started ahead
+    assert entry.entry_id != first.failure_id and branched == [first.failure_id, entry.entry_id]
+    ahead = pending.result()
+    assert [docker_client.containers.get(sb.id).status for sb in ahead] == ["running", "running"]
+    assert bank.pinned() == {entry.entry_id}
+    cursor = bank.state()
+    second = producer.produce(2, None, jax.random.key(1))
+    assert second.failure_id == entry.entry_id and second.valid == [True, True] and second.sandbox_errors == 0
+    assert entry.entry_id not in branched[2:]  # it ran in the containers started ahead, now closed
+    for sb in ahead:
+        with pytest.raises(Exception):
+            docker_client.containers.get(sb.id)
+    assert bank.state()["pos"] == cursor["pos"] + 1 or bank.state()["epoch"] == cursor["epoch"] + 1
+    held_id = producer._prefetch[0].entry_id
+    if held_id == second.failure_id:  # the new epoch starts with the entry just run: drawn, not branched
+        assert producer._prefetch[1] is None and branched[2:] == []
+    # a worker closes what its producer started ahead when it stops: no pin, no container left
+    store = PolicyStore(3, None)
+    workers = RolloutWorkers(producer, store, queue_size=1).start()
+    assert workers.get(timeout=120) is not None
+    workers.stop()
+    assert producer._prefetch is None and bank.pinned() == set()
+    mine = [f"{labels.KIND}={labels.KIND_CONTAINER}", f"{labels.OWNER}={labels.owner_id()}"]
+    assert not docker_client.containers.list(all=True, filters={"label": mine})

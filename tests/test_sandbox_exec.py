@@ -1,4 +1,5 @@
 """The harness contract of DockerSandbox.exec, against the real Docker engine."""
+import hashlib
 import threading
 import time
 import tracemalloc
@@ -104,11 +105,18 @@ def test_no_network_from_inside(base_sandbox):
     # No interface but loopback, so no route: fails at once, nothing leaves the machine.
     r = base_sandbox.exec("echo > /dev/tcp/192.0.2.1/80", timeout=10)
     assert r.exit_code != 0 and "unreachable" in r.output.lower()
+    # Networking is disabled rather than "none" (no per-container network setup), yet loopback and
+    # `localhost` work as on "none": the /etc/hosts Docker writes there is written at the start.
+    r = base_sandbox.exec("getent hosts localhost; python3 -c \"import socket; s = socket.socket(); "
+                          "s.bind(('localhost', 0)); s.listen(); socket.create_connection(s.getsockname()); "
+                          "print('connected')\"", timeout=20)
+    assert r.output.split()[:2] == ["::1", "localhost"] and r.output.strip().endswith("connected"), r.output
 
 
 def test_isolation_settings(base_sandbox, docker_client):
     host = docker_client.api.inspect_container(base_sandbox.id)["HostConfig"]
     assert host["NetworkMode"] == "none" and host["Privileged"] is False
+    assert docker_client.api.inspect_container(base_sandbox.id)["Config"]["NetworkDisabled"] is True
     assert host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
     assert host["PidsLimit"] == 256 and host["Memory"] == 512 * 2**20
     capeff = base_sandbox.exec("grep CapEff /proc/self/status").output.split()[1]
@@ -172,3 +180,37 @@ def test_closed_sandbox(docker_client):
     sb.close()
     sb.close()  # idempotent
     assert sb.exec("true").error == "sandbox is closed"
+
+
+def test_put_dir_writes_the_same_tree_inline_and_as_an_archive(base_sandbox, tmp_path, monkeypatch):
+    """A small tree goes through the root shell server as one command (no archive copy); it must
+    land byte for byte, with its modes, as the archive copy does (a non-root image, a big tree)."""
+    from reterm_jax.sandbox.sandbox import INLINE_PUT_MAX_BYTES, inline_put_script
+    src = tmp_path / "tree"
+    files = {"run.sh": (b"#!/bin/bash\necho 'it'\\''s' \"$HOME\" \\\\ %s %b\n", 0o755),
+             "sub/data.bin": (bytes(range(256)) * 3, 0o644),
+             "sub/deeper/empty": (b"", 0o600),
+             "sub/na\u00efve \u2013 'q'.txt": ("\u00fcml\u00e4ut \u2713\r\n\tend".encode(), 0o640)}
+    for name, (data, mode) in files.items():
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_bytes(data)
+        (src / name).chmod(mode)
+    (src / "sub").chmod(0o750)
+    assert base_sandbox.runs_as_root and inline_put_script(src, "/opt/inline") is not None
+    base_sandbox.put_dir(src, "/opt/inline")
+    monkeypatch.setattr(base_sandbox, "runs_as_root", False)  # as for a non-root image: an archive
+    base_sandbox.put_dir(src, "/opt/archive")
+    show = ("cd {} && find . -printf '%p %m %s %u\\n' | LC_ALL=C sort && "
+            "find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum")
+    inline = base_sandbox.exec(show.format("/opt/inline"), persist=False)
+    archive = base_sandbox.exec(show.format("/opt/archive"), persist=False)
+    assert inline.exit_code == 0 and inline.output == archive.output, (inline.output, archive.output)
+    for name, (data, mode) in files.items():
+        assert f"./{name} {mode:o} {len(data)} root" in inline.output
+        assert f"{hashlib.sha256(data).hexdigest()}  ./{name}" in inline.output
+    # over the size limit, or anything but files and directories: the archive copy
+    (src / "big").write_bytes(b"x" * INLINE_PUT_MAX_BYTES)
+    assert inline_put_script(src, "/opt/x") is None
+    (src / "big").unlink()
+    (src / "link").symlink_to("run.sh")
+    assert inline_put_script(src, "/opt/x") is None

@@ -116,6 +116,7 @@ def test_an_image_with_another_user_is_swept_and_verified_as_its_user(docker_cli
     task = load_task(task_dir)
     with DockerSandbox.from_task(task) as sb, DockerSandbox.from_task(task) as other:
         assert sb.exec("whoami").output == "agent\n"
+        assert not sb.runs_as_root and sb.exec("getent hosts localhost").output.split()[1:2] == ["localhost"]
         assert run_oracle(sb).exit_code == 0 and run_oracle(other).exit_code == 0
         sb.exec("rm /app/greeting.txt")
         sb.exec(REWARD_HACK)

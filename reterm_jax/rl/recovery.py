@@ -61,6 +61,8 @@ class RecoveryConfig:
     engine: str = "lockstep"                 # rollout.ENGINES: how the attempts of a group share the sampler
     decode_burst: int = 32                   # continuous engine: decode steps per sampler call
     verify: str = "in_place"                 # VERIFY_MODES: where each attempt's tests run
+    prefetch: bool = False                   # branch the next group's sandboxes while this group runs (its
+    #                                          entry is drawn from the bank one group early: see produce())
 
     def __post_init__(self):
         if self.failures_from not in SEEDS:
@@ -110,6 +112,18 @@ def rendered_failure_tokens(tokenizer, messages: list[dict]) -> list[int]:
     return full[:-len(retry)]
 
 
+def _close_branches(pending) -> None:
+    """Close the sandboxes a prefetch started (waiting for it to finish); a failed one left none."""
+    if pending is None:
+        return
+    try:
+        sandboxes = pending.result()
+    except Exception:  # noqa: BLE001 - start_sandboxes closed what it had started
+        return
+    for sb in sandboxes:
+        sb.close()
+
+
 class RecoveryProducer:
     """ReTerm-GRPO groups: entry = bank.next(); G = bank.branch(entry, G) sandboxes; each continues
     the failed attempt's EXACT tokens + the retry user turn (`harness.retry_turn_text()`
@@ -155,6 +169,8 @@ class RecoveryProducer:
         self.stop_event = None    # set by RolloutWorkers: ends a wait for the engine when they stop
         self._by_dir = {str(Path(t.path).resolve()): t for t in self.tasks}
         self.current_sandboxes: list = []  # the branches of the group in flight (monitoring, tests)
+        self._prefetch = None     # (entry, Future of its branches or None): the next group, drawn early
+        self._prefetcher = None   # its thread (made on first use)
 
     # ---- helpers ----------------------------------------------------------------------------------
     def _map(self, fn, items) -> list:
@@ -318,6 +334,64 @@ class RecoveryProducer:
         log.info("seeded the failure bank with %d scripted failures (%d tasks with fault_commands)", added, len(todo))
         return added
 
+    # ---- prefetch: the next group's branches start while this group runs ----------------------------
+    def _start_prefetch(self, room: int, current_id: str) -> None:
+        """Draw the next entry now and start branching it in the background (cfg.prefetch). Its
+        containers start while this group decodes and verifies, so the next produce() finds them
+        running. An entry whose prompt fills the budget, or the entry this group runs (one entry in
+        the bank: its pin would keep record() from retiring it), is drawn but not branched."""
+        if not self.cfg.prefetch or self._prefetch is not None:
+            return
+        entry = self.bank.next()
+        if entry is None:
+            return
+        pending = None
+        try:
+            fits = len(self.recovery_prompt(entry)) < room
+        except ValueError:  # no <|im_end|>: the next produce() raises it, as without prefetch
+            fits = False
+        if fits and entry.entry_id != current_id:
+            if self._prefetcher is None:
+                from concurrent.futures import ThreadPoolExecutor
+                self._prefetcher = ThreadPoolExecutor(1, thread_name_prefix="branch-prefetch")
+            pending = self._prefetcher.submit(self.bank.branch, entry, self.cfg.group_size)
+        self._prefetch = (entry, pending)
+
+    def _take_prefetch(self, version: int):
+        """(entry, Future or None) drawn by the last group, or None. One that a version lag has made
+        too old (cfg.max_version_lag) is dropped: its containers are closed, so that the bank can
+        retire it."""
+        held, self._prefetch = self._prefetch, None
+        if held is None:
+            return None
+        entry, pending = held
+        lag = self.cfg.max_version_lag
+        if lag and self.cfg.failures_from == "policy" and int(entry.policy_version) < int(version) - lag:
+            log.info("failure %s: branched ahead, but collected by a policy more than %d versions old; dropped",
+                     entry.entry_id, lag)
+            _close_branches(pending)
+            return None
+        return held
+
+    def wait_prefetch(self, timeout: float | None = None) -> None:
+        """Until the next group's branches (if any are being started) have started or failed."""
+        held = self._prefetch
+        if held is not None and held[1] is not None:
+            try:
+                held[1].result(timeout)
+            except Exception:  # noqa: BLE001 - produce() reports a failed branch
+                pass
+
+    def close(self) -> None:
+        """Close the branches started ahead for a group that will not run (the worker stops).
+        Idempotent; a later produce() starts afresh."""
+        held, self._prefetch = self._prefetch, None
+        if held is not None:
+            _close_branches(held[1])
+        if self._prefetcher is not None:
+            self._prefetcher.shutdown(wait=True)
+            self._prefetcher = None
+
     # ---- one group ------------------------------------------------------------------------------
     def produce(self, version: int, params: Any, key: jax.Array) -> Group | None:
         # While the engine is down nothing is sampled: wait (with back-off, logged) instead of
@@ -328,11 +402,12 @@ class RecoveryProducer:
         sampler = sampler_with(self.sampler, params)
         collect_key, explore_key, run_key = jax.random.split(key, 3)
         explore = self.cfg.explore > 0 and float(jax.random.uniform(explore_key)) < self.cfg.explore
+        held = self._take_prefetch(version)  # the entry the last group drew for this one (cfg.prefetch)
         if self.cfg.max_version_lag and self.cfg.failures_from == "policy":
             self.bank.retire_older_than(int(version) - self.cfg.max_version_lag)
         if len(self.bank) < self.cfg.min_failures or explore:
             self.collect(sampler, version, collect_key)
-        entry = self.bank.next()
+        entry, pending = held if held is not None else (self.bank.next(), None)
         if entry is None:
             return None
         task = self._task_for(entry)
@@ -343,10 +418,11 @@ class RecoveryProducer:
             log.warning("failure %s: its recovery prompt (%d tokens) fills the %d-token budget; skipped",
                         entry.entry_id, len(prompt), room)
             self.stats.skipped_too_long += 1
+            _close_branches(pending)
             return None
         errors, self._pending_errors = self._pending_errors, 0
         try:
-            sandboxes = self.bank.branch(entry, g)
+            sandboxes = pending.result() if pending is not None else self.bank.branch(entry, g)
         except Exception as e:  # noqa: BLE001 - all or nothing: a group of masked members
             if is_engine_down(e) or not engine_answers():
                 # the engine went away: no group at all (the next produce waits for it)
@@ -363,6 +439,7 @@ class RecoveryProducer:
                          [False] * g, rollout_s=time.monotonic() - start, sandbox_errors=errors + g)
         self.current_sandboxes = sandboxes
         try:
+            self._start_prefetch(room, entry.entry_id)
             messages = initial_messages(task.instruction, history=list(entry.messages))
             trajs = self._run(sampler, self.tokenizer, sandboxes, [messages] * g, task_ids=[task.name] * g,
                                  limits=self._limits([task]), params=self.cfg.sampling, key=run_key,

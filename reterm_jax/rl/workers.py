@@ -182,6 +182,17 @@ class RolloutWorkers:
                 setattr(self.counters, k, getattr(self.counters, k) + v)
 
     def _run(self, index: int, producer: GroupProducer) -> None:
+        try:
+            self._loop(index, producer)
+        finally:  # e.g. the sandboxes a RecoveryProducer branched ahead for a group that will not run
+            close = getattr(producer, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:  # noqa: BLE001
+                    log.exception("rollout worker %d: closing its producer failed", index)
+
+    def _loop(self, index: int, producer: GroupProducer) -> None:
         base = jax.random.fold_in(jax.random.key(self.seed), index)
         n = streak = 0
         while not self._stop.is_set():

@@ -11,7 +11,8 @@ exec` per sandbox, not per command), which runs each one through shell.py's wrap
 The container's main process is `sleep infinity` under Docker's init, so background
 jobs are reaped and a command that kills the shell does not kill the sandbox.
 
-Isolation: network "none" unless the task allows internet; all capabilities dropped
+Isolation: no network but loopback unless the task allows internet (networking disabled: Docker's
+"none" without its network setup; /etc/hosts as "none" has it); all capabilities dropped
 but the few bash/apt/dpkg need as root inside (CAPS); no-new-privileges; no
 privileged mode; pids, memory and CPU limits. Everything is labelled (labels.py).
 """
@@ -23,6 +24,7 @@ import io
 import math
 import os
 import shlex
+import stat
 import tarfile
 import threading
 import time
@@ -130,16 +132,33 @@ def runtime_problem(name: str, image: str = BASE_IMAGE) -> str:
     return _probed[key]
 
 
-def _tar_of(name: str, data: bytes) -> bytes:
+def _tar_of(files: dict[str, bytes]) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        info = tarfile.TarInfo(name)
-        info.size, info.mode = len(data), 0o644
-        tar.addfile(info, io.BytesIO(data))
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 
 
-_KEEP_TMP = _tar_of(".reterm-keep", b"keeps /tmp on the container's rootfs under gVisor (runsc)\n")
+# Written into a container's rootfs before it starts (one put_archive at "/"):
+_KEEP_TMP = {"tmp/.reterm-keep": b"keeps /tmp on the container's rootfs under gVisor (runsc)\n"}
+# An offline sandbox is created with networking disabled rather than on network "none": the same
+# loopback-only namespace, without Docker's network setup (a `libnetwork-setkey` hook process and
+# the sandbox's network endpoint per container: ~0.12 s of wall and ~0.15 s of CPU a start on 2
+# cores, docs/performance.md). Docker then writes no /etc/hosts (an empty placeholder; a committed
+# one is hidden by it too); this is the one it writes on "none", so `localhost` resolves as before.
+# Where commands run as root, each shell server writes it before it starts (no extra Docker call);
+# elsewhere it is copied in before the container starts.
+_HOSTS = (b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\n"
+          b"ff00::0\tip6-mcastprefix\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n")
+_OFFLINE_ETC = {"etc/hosts": _HOSTS}
+_HOSTS_SETUP = "[ -s /etc/hosts ] || printf '%s' '" + _HOSTS.decode() + "' > /etc/hosts"
+_ROOT_USERS = ("", "root", "0", "root:root", "0:0")
+# put_dir writes a small tree of regular files through the shell server when commands run as root:
+# no archive copy, each of which is a dockerd helper process of its own (~0.1 s of CPU on 2 cores)
+INLINE_PUT_MAX_BYTES = 48 * 1024
 DISK_POLL_S = 1.0  # how often a running command's writable layer is measured (storage_mb)
 _engine_cpus: dict[str | None, int] = {}  # per engine endpoint
 _live: set["DockerSandbox"] = set()
@@ -164,6 +183,36 @@ def _internet_network(client: docker.DockerClient) -> str:
                 raise SandboxError(f"cannot create network {INTERNET_NETWORK} for a task with "
                                    f"allow_internet=true: {e}") from e
     return INTERNET_NETWORK
+
+
+def _bash_bytes(data: bytes) -> str:
+    """`data` as a single-quoted argument of `printf '%b'`: printable ASCII as is, any other byte
+    (quote, backslash, newline, NUL, UTF-8...) as an octal escape."""
+    return "".join(chr(b) if 32 <= b < 127 and b not in (39, 92) else f"\\0{b:03o}" for b in data)
+
+
+def inline_put_script(local_dir: Path, dest: str) -> str | None:
+    """One bash command that replaces `dest` with a copy of `local_dir` (modes kept), or None when
+    the tree holds anything but directories and regular files, or is over INLINE_PUT_MAX_BYTES."""
+    lines, size = [f"rm -rf {shlex.quote(dest)}", f"mkdir -p {shlex.quote(dest)}",
+                   f"chmod {stat.S_IMODE(local_dir.stat().st_mode):o} {shlex.quote(dest)}"], 0
+    for root, dirs, files in os.walk(local_dir):
+        dirs.sort()
+        for name in dirs + sorted(files):
+            src = Path(root) / name
+            target = shlex.quote(f"{dest}/{src.relative_to(local_dir).as_posix()}")
+            mode = src.lstat().st_mode
+            if stat.S_ISDIR(mode) and not src.is_symlink():
+                lines.append(f"mkdir -p {target}")
+            elif stat.S_ISREG(mode):
+                size += src.stat().st_size
+                if size > INLINE_PUT_MAX_BYTES:
+                    return None
+                lines.append(f"printf '%b' '{_bash_bytes(src.read_bytes())}' > {target}")
+            else:
+                return None
+            lines.append(f"chmod {stat.S_IMODE(mode):o} {target}")
+    return "set -e\n" + "\n".join(lines)
 
 
 class DockerSandbox:
@@ -195,6 +244,7 @@ class DockerSandbox:
             init=True,  # reaps the zombies of background jobs the agent leaves behind
             hostname="sandbox", labels=labels.labels(labels.KIND_CONTAINER, **extra),
             network_mode=_internet_network(client) if limits.allow_internet else "none",
+            network_disabled=not limits.allow_internet,  # no network setup at all (_OFFLINE_ETC)
             cap_drop=["ALL"], cap_add=CAPS, security_opt=["no-new-privileges"],
             privileged=False, pids_limit=limits.pids,
             mem_limit=f"{limits.memory_mb}m", memswap_limit=f"{limits.memory_mb}m",
@@ -203,11 +253,18 @@ class DockerSandbox:
             kwargs["runtime"] = limits.runtime
         try:
             self._container = retry(lambda: self._create(client, kwargs), what="create")
+            self.runs_as_root = str(self._container.attrs["Config"].get("User") or "") in _ROOT_USERS
+            offline = not limits.allow_internet
+            self._session_setup = _HOSTS_SETUP if offline and self.runs_as_root else ""
+            files = dict(_OFFLINE_ETC) if offline and not self.runs_as_root else {}
             if limits.runtime == "runsc":
                 # gVisor mounts its own in-sandbox tmpfs over an EMPTY /tmp, which `docker commit`
                 # never sees: snapshots and branches would lose /tmp (and the harness's saved cwd
                 # and environment there). A file in /tmp before the start keeps /tmp on the rootfs.
-                retry(lambda: client.api.put_archive(self.name, "/tmp", _KEEP_TMP), what="keep /tmp")
+                files.update(_KEEP_TMP)
+            if files:
+                archive = _tar_of(files)
+                retry(lambda: client.api.put_archive(self.name, "/", archive), what="write /etc/hosts")
             retry(self._container.start, what="start")
             self.workdir = self._container.attrs["Config"].get("WorkingDir") or "/"
         except docker.errors.ImageNotFound as e:
@@ -270,7 +327,7 @@ class DockerSandbox:
                     self._session = None
                 if self._session is None:
                     self._session = ShellSession(get_client(self.endpoint).api, self.id,
-                                                 shell.OUTER, shell.INNER)
+                                                 shell.OUTER, shell.INNER, setup=self._session_setup)
                 reply = self._session.request(
                     command, persist=persist, timeout_s=timeout_s,
                     head_bytes=self.output_head_bytes, max_file_bytes=self.max_output_file_bytes,
@@ -347,8 +404,16 @@ class DockerSandbox:
 
     def put_dir(self, local_dir: str | os.PathLike, dest: str, *, replace: bool = True) -> None:
         """Copy a host directory to `dest` in the container (replacing it), owned by root.
-        replace=False: the caller made sure `dest` does not exist and its parent does."""
+        replace=False: the caller made sure `dest` does not exist and its parent does.
+        A small tree of regular files (INLINE_PUT_MAX_BYTES) in a sandbox whose commands run as root
+        is written by one command of its shell server; anything else is copied as an archive."""
         local_dir, dest = Path(local_dir), dest.rstrip("/")
+        script = inline_put_script(local_dir, dest) if self.runs_as_root else None
+        if script is not None:
+            r = self.exec(script, timeout=60, persist=False)
+            if not r.ok or r.exit_code != 0:
+                raise SandboxError(f"cannot copy {local_dir} to {dest} in {self.name}: {r.error or r.output}")
+            return
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
             def as_root(info: tarfile.TarInfo) -> tarfile.TarInfo:
@@ -390,7 +455,7 @@ class DockerSandbox:
             if prelude:
                 try:
                     self._session = ShellSession(get_client(self.endpoint).api, self.id, shell.OUTER, shell.INNER,
-                                                 prelude=prelude)
+                                                 prelude=prelude, setup=self._session_setup)
                 except PreludeFailed as e:
                     return e.exit_code
                 except (docker.errors.APIError, requests.RequestException) as e:

@@ -63,10 +63,13 @@ def _exit_code(api: docker.APIClient, exec_id: str, wait_s: float = 2.0) -> int 
 
 class ShellSession:
     def __init__(self, api: docker.APIClient, container_id: str, outer: str, inner: str, *,
-                 prelude: str = "", ready_timeout_s: float = 120.0):
+                 prelude: str = "", setup: str = "", ready_timeout_s: float = 120.0):
         """prelude: bash run in the server's process before it serves (silent on stdout; an exit
-        ends it): the server starts only if it succeeds, else PreludeFailed."""
+        ends it): the server starts only if it succeeds, else PreludeFailed.
+        setup: bash run first, its output and status ignored (e.g. the sandbox's /etc/hosts)."""
         script = SERVER if not prelude else f"{prelude}\nprintf '%s' '{READY.decode()}'\n{SERVER}"
+        if setup:
+            script = f"{{ {setup}\n}} >/dev/null 2>&1\n{script}"
         argv = ["bash", "-c", script, "reterm-server", outer, inner]
         exec_id = api.exec_create(container_id, argv, stdin=True, stdout=True, stderr=False)["Id"]
         self._handle = api.exec_start(exec_id, socket=True)  # keeps the connection alive

@@ -359,7 +359,10 @@ def make_producers(config, workdir, sampler, tokenizer, n: int):
                              retire_after=int(config.bank.get("retire_after", 0)),
                              max_version_lag=int(config.bank.get("max_version_lag", 0)),
                              engine=r.get("engine", "lockstep"), decode_burst=int(r.get("decode_burst", 32)),
-                             verify=r.get("verify", "in_place"))
+                             verify=r.get("verify", "in_place"),
+                             # drawing an entry a group early is safe only where no checkpoint promises
+                             # exactly the consumed groups: background workers (docs/grpo.md, resume)
+                             prefetch=bool(r.get("prefetch_branches", True)) and int(r.workers) > 0)
         j = (first + i) % len(tasks)
         producers.append(RecoveryProducer(bank, tasks[j:] + tasks[:j], sampler, tokenizer, cfg))
     if config.bank.failures_from == "fault_commands":
@@ -530,6 +533,9 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
                 logging.info("step %d: %s", step, "  ".join(f"{k} {scalars[k]:.4g}" for k in shown))
     finally:
         stream.stop()
+        for p in producers:  # the workers closed theirs; an inline producer holds nothing ahead
+            if hasattr(p, "close"):
+                p.close()
         if bank is not None:
             bank.close()
         if config.env.kind == "docker":
