@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
+import machine  # bench/machine.py
 import statistics
 import subprocess
 import sys
@@ -65,7 +65,7 @@ def main() -> int:
         for side in ("old", "new"):
             ms[side].append(measure(getattr(args, side), args))
     med = {k: statistics.median(v) for k, v in ms.items()}
-    print(json.dumps({"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
+    print(json.dumps({"machine": machine.describe(),
                       "date": time.strftime("%Y-%m-%d"), "batch": args.batch, "fill": args.fill,
                       "cache": args.cache, "kv_cache_dtype": args.kv_cache_dtype or "compute", "old_ms_per_step": med["old"], "new_ms_per_step": med["new"],
                       "new_over_old": med["new"] / med["old"], "runs": ms}))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
+import machine  # bench/machine.py
 import statistics
 import subprocess
 import sys
@@ -66,7 +66,7 @@ def main() -> int:
         same &= attempts(outs[0]) == attempts(outs[args.jobs])
     n_trials = len(attempts(outs[0]))
     med = {s: statistics.median(w) for s, w in walls.items()}
-    out = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
+    out = {"machine": machine.describe(),
            "date": time.strftime("%Y-%m-%d"), "tasks": args.tasks, "trials": n_trials, "jobs": args.jobs,
            "protocols": args.protocols, "runs": args.runs, "one_at_a_time_s": med[0], "slots_s": med[args.jobs],
            "speedup": med[0] / med[args.jobs], "same_attempts": bool(same), "walls": walls}

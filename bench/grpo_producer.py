@@ -34,7 +34,7 @@ import dataclasses
 import itertools
 import json
 import os
-import platform
+import machine  # bench/machine.py
 import statistics
 import subprocess
 import sys
@@ -198,7 +198,7 @@ def main() -> int:
             w.wait()
     med = {name: statistics.median(r["trajectories_per_s"] for r in rs) for name, rs in results.items()}
     first = next(iter(med))
-    out = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
+    out = {"machine": machine.describe(),
            "date": time.strftime("%Y-%m-%d"), "policy": args.policy, "group_size": args.group_size,
            "block": args.block,
            "runs": args.runs, "old": args.old, "trajectories_per_s": med,

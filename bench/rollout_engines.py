@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
+import machine  # bench/machine.py
 import statistics
 import sys
 import time
@@ -111,7 +111,7 @@ def main() -> int:
                     print(f"round {i}{' (warm-up)' if i == 0 else ''} {engine:10s} {r['wall_s']:.2f} s, "
                           f"{r['trajectories_per_s']:.3f} trajectories/s, {r['turns']} turns", flush=True)
     med = {e: statistics.median(r["trajectories_per_s"] for r in rs) for e, rs in results.items()}
-    out = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
+    out = {"machine": machine.describe(),
            "date": time.strftime("%Y-%m-%d"), "policy": args.policy, "groups": args.groups,
            "group_size": args.group_size, "runs": args.runs, "burst": args.burst, "slots": args.slots or args.group_size,
            "lockstep_trajectories_per_s": med["lockstep"], "continuous_trajectories_per_s": med["continuous"],

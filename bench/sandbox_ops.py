@@ -42,22 +42,12 @@ def measure(fn) -> tuple[float, float]:
     return time.monotonic() - t, busy_s() - b
 
 
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    from machine import describe
     from reterm_jax.sandbox.sandbox import BASE_IMAGE, DockerSandbox
 
     real_create = DockerSandbox._create
@@ -96,7 +86,7 @@ def main() -> int:
         box.close()
     med = {k: {"wall_s": statistics.median(w for w, _ in v), "cpu_s": statistics.median(c for _, c in v)}
            for k, v in rows.items()}
-    out = {"machine": f"{cpu_name()}, {os.cpu_count()} CPUs",
+    out = {"machine": describe(),
            "date": time.strftime("%Y-%m-%d"), "reps": args.reps, "median": med,
            "start_ratio_wall": med["start/none"]["wall_s"] / med["start/disabled"]["wall_s"],
            "put_ratio_wall": med["put/archive"]["wall_s"] / med["put/inline"]["wall_s"]}
