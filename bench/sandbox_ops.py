@@ -10,6 +10,10 @@ operation, medians over alternating repetitions.
     put     a task's tests/ (tasks/daily-report-append/tests) copied to /tests of a running root
             sandbox: `archive` (put_archive: a dockerd helper process per copy) vs `inline` (one
             command of the shell server, today's put_dir for small trees).
+    verify  an in-place verification of that task in a started root sandbox (timed alone; the
+            sandbox is started and removed outside the timing): `put` (tests/ copied by put_dir,
+            a command of the verifier's shell server) vs `prelude` (today's: the copy is part of
+            the prelude of the exec that sweeps and starts that server).
 
     python bench/sandbox_ops.py [--reps 10] [--json]
 Asserts nothing (benchmarks never gate tests).
@@ -17,6 +21,7 @@ Asserts nothing (benchmarks never gate tests).
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import platform
@@ -48,6 +53,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     from machine import describe
+    from reterm_jax.sandbox import load_task
     from reterm_jax.sandbox.sandbox import BASE_IMAGE, DockerSandbox
 
     real_create = DockerSandbox._create
@@ -75,12 +81,29 @@ def main() -> int:
 
         cases = {"start/none": start(False), "start/disabled": start(True),
                  "put/archive": put(False), "put/inline": put(True)}
+        verify_mod = importlib.import_module("reterm_jax.sandbox.verify")
+        prelude_max = verify_mod._PRELUDE_COPY_MAX_CHARS
+        task = load_task(os.path.join(ROOT, "tasks", "daily-report-append"))
+
+        def verify(in_prelude: bool):
+            def go():
+                verify_mod._PRELUDE_COPY_MAX_CHARS = prelude_max if in_prelude else 0
+                try:
+                    with DockerSandbox.from_task(task) as sb:
+                        sb.exec("true")
+                        took = measure(lambda: verify_mod.verify(sb, in_place=True))
+                finally:
+                    verify_mod._PRELUDE_COPY_MAX_CHARS = prelude_max
+                return took
+            return go
+
+        cases |= {"verify/put": verify(False), "verify/prelude": verify(True)}
         for fn in cases.values():  # warm-up
             fn()
         rows: dict[str, list[tuple[float, float]]] = {k: [] for k in cases}
         for _ in range(args.reps):
             for name, fn in cases.items():
-                rows[name].append(measure(fn))
+                rows[name].append(fn() if name.startswith("verify/") else measure(fn))
     finally:
         box.runs_as_root = True
         box.close()
@@ -89,13 +112,14 @@ def main() -> int:
     out = {"machine": describe(),
            "date": time.strftime("%Y-%m-%d"), "reps": args.reps, "median": med,
            "start_ratio_wall": med["start/none"]["wall_s"] / med["start/disabled"]["wall_s"],
-           "put_ratio_wall": med["put/archive"]["wall_s"] / med["put/inline"]["wall_s"]}
+           "put_ratio_wall": med["put/archive"]["wall_s"] / med["put/inline"]["wall_s"],
+           "verify_ratio_wall": med["verify/put"]["wall_s"] / med["verify/prelude"]["wall_s"]}
     if args.json:
         print(json.dumps(out))
     else:
         for k, v in med.items():
             print(f"{k:16s} wall {v['wall_s'] * 1e3:7.1f} ms   machine CPU {v['cpu_s'] * 1e3:7.1f} ms")
-        print(json.dumps({k: out[k] for k in ("machine", "date", "reps", "start_ratio_wall", "put_ratio_wall")}))
+        print(json.dumps({k: out[k] for k in ("machine", "date", "reps", "start_ratio_wall", "put_ratio_wall", "verify_ratio_wall")}))
     return 0
 
 

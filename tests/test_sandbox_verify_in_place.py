@@ -30,7 +30,8 @@ def _processes(sb) -> list[str]:
     code, out = sb._container.exec_run(["bash", "-c", "for d in /proc/[0-9]*; do echo $(cat $d/cmdline | tr '\\0' ' '); done"],
                                        user="root")
     assert code == 0
-    return [line for line in out.decode().splitlines() if line.strip()]
+    # the verifier's own shell server (its prelude, the sweep, may hold tests/ with their reward.txt)
+    return [line for line in out.decode().splitlines() if line.strip() and "reterm_sweep" not in line]
 
 
 def test_in_place_gives_the_clones_rewards(docker_client, task_path):
@@ -43,6 +44,31 @@ def test_in_place_gives_the_clones_rewards(docker_client, task_path):
     for clone, here in zip(results[False], results[True]):
         assert (here.reward, here.error, here.infrastructure) == (clone.reward, clone.error, clone.infrastructure)
     assert [r.reward for r in results[True]] == [0.0, 1.0]
+
+
+def test_a_root_sandbox_gets_its_tests_in_the_verifiers_prelude(docker_client, task_path, monkeypatch):
+    """Root, small tests/: the copy is part of the one exec that sweeps and starts the verifier
+    (no put_dir); a tree too long for the prelude goes through put_dir. Same rewards either way."""
+    import importlib
+    verify_mod = importlib.import_module("reterm_jax.sandbox.verify")
+    task = load_task(task_path("make_greeting"))
+    puts = []
+    real_put = DockerSandbox.put_dir
+    monkeypatch.setattr(DockerSandbox, "put_dir", lambda self, *a, **kw: (puts.append(a[1]), real_put(self, *a, **kw)))
+    for limit, expected_puts in ((verify_mod._PRELUDE_COPY_MAX_CHARS, []), (0, ["/tests", "/tests"])):
+        monkeypatch.setattr(verify_mod, "_PRELUDE_COPY_MAX_CHARS", limit)
+        puts.clear()
+        with DockerSandbox.from_task(task) as untouched, DockerSandbox.from_task(task) as solved:
+            assert untouched.runs_as_root
+            assert run_oracle(solved).exit_code == 0
+            puts.clear()  # the oracle's solution/ copy
+            solved.exec("mkdir -p /tests && echo stale > /tests/test_outputs.py")  # replaced, not merged
+            rewards = [verify(sb, in_place=True) for sb in (untouched, solved)]
+            assert [(r.reward, r.infrastructure) for r in rewards] == [(0.0, False), (1.0, False)], rewards
+            assert puts == expected_puts
+            listing = solved.exec("cd /tests && find . -type f | sort | xargs md5sum", persist=False).output
+        local = sorted(p.relative_to(task.tests_dir).as_posix() for p in task.tests_dir.rglob("*") if p.is_file())
+        assert [line.split()[1][2:] for line in listing.splitlines()] == local
 
 
 def test_background_jobs_are_killed_before_the_tests(greeting):

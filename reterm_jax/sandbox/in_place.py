@@ -17,7 +17,9 @@ attempt's container is made to look like the clone would:
 - the sweep, then the removal of /tests and /logs/verifier, is the prelude of the verifier's new
   shell server: one `docker exec`, as the image's user, as the verifier's commands on a clone.
 - everything else is verify.py's, shared by both paths: tests/ copied to /tests, the emptied
-  /logs/verifier, the tests run from the image's working dir with the image's environment.
+  /logs/verifier, the tests run from the image's working dir with the image's environment. Where
+  commands run as root and tests/ is small, its copy is part of that prelude too (the same
+  commands put_dir would send the new server).
 
 What differs from a clone: files on mounts `docker commit` leaves out (/dev/shm, tmpfs
 mounts) are still there, as they would be in Harbor, whose verifier runs in the agent's
@@ -89,5 +91,6 @@ def end_processes(sandbox, then: str = "") -> None:
         raise ProcessesSurvived(f"could not end the processes of {sandbox.name}: some were still there after "
                                 f"{ROUNDS} rounds")
     if code == SURVIVED + 1:
-        raise SandboxError(f"could not prepare {sandbox.name} for its verifier (`{then}` failed)")
+        first = then.splitlines()[0] + (" ..." if "\n" in then else "")
+        raise SandboxError(f"could not prepare {sandbox.name} for its verifier (`{first}` failed)")
     raise SandboxError(f"could not end the processes of {sandbox.name}: the sweep ended with status {code}")

@@ -193,7 +193,9 @@ def _bash_bytes(data: bytes) -> str:
 
 def inline_put_script(local_dir: Path, dest: str) -> str | None:
     """One bash command that replaces `dest` with a copy of `local_dir` (modes kept), or None when
-    the tree holds anything but directories and regular files, or is over INLINE_PUT_MAX_BYTES."""
+    the tree holds anything but directories and regular files, or is over INLINE_PUT_MAX_BYTES.
+    Its steps are chained with `&&` (no `set -e`), so it can also run inside a shell server's
+    prelude without changing that shell's options."""
     lines, size = [f"rm -rf {shlex.quote(dest)}", f"mkdir -p {shlex.quote(dest)}",
                    f"chmod {stat.S_IMODE(local_dir.stat().st_mode):o} {shlex.quote(dest)}"], 0
     for root, dirs, files in os.walk(local_dir):
@@ -212,7 +214,7 @@ def inline_put_script(local_dir: Path, dest: str) -> str | None:
             else:
                 return None
             lines.append(f"chmod {stat.S_IMODE(mode):o} {target}")
-    return "set -e\n" + "\n".join(lines)
+    return " &&\n".join(lines)
 
 
 class DockerSandbox:

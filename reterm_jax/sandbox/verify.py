@@ -28,13 +28,15 @@ import time
 
 from reterm_jax.sandbox.client import SandboxError
 from reterm_jax.sandbox.in_place import ProcessesSurvived, end_processes
-from reterm_jax.sandbox.sandbox import DockerSandbox
+from reterm_jax.sandbox.sandbox import DockerSandbox, inline_put_script
 from reterm_jax.sandbox.shell import ExecResult
 from reterm_jax.sandbox.task import Task
 
 log = logging.getLogger(__name__)
 REWARD_DIR = "/logs/verifier"
 _PREPARE = f"rm -rf /tests {REWARD_DIR} && mkdir -p {REWARD_DIR}"  # before tests/ is copied in
+# A prelude travels in the shell server's argv (one argument: at most 128 KiB on Linux)
+_PRELUDE_COPY_MAX_CHARS = 32 * 1024
 _READ_REWARD = (f"for f in {REWARD_DIR}/reward.txt {REWARD_DIR}/reward.json; do "
                 "if [ -f \"$f\" ]; then echo \"== $f\"; head -c 65536 \"$f\"; echo; fi; done")
 
@@ -121,14 +123,15 @@ def verify(sandbox: DockerSandbox, task: Task | None = None, *,
     timeout_s = timeout_s or task.verifier_timeout_s
     start = time.monotonic()
     if in_place:
+        copy = _tests_copy_script(sandbox, task)
         try:
-            end_processes(sandbox, then=_PREPARE)
+            end_processes(sandbox, then=_PREPARE + (f" &&\n{copy}" if copy else ""))
         except ProcessesSurvived as e:
             log.warning("%s; verifying on a clone instead", e)
         except SandboxError as e:
             return _failed(start, f"could not verify in place: {e}")
         else:
-            return _run_tests(sandbox, task, timeout_s, start, prepared=True)
+            return _run_tests(sandbox, task, timeout_s, start, prepared=True, tests_copied=copy is not None)
     try:
         snap = snapshot or sandbox.snapshot()
     except SandboxError as e:
@@ -143,15 +146,27 @@ def verify(sandbox: DockerSandbox, task: Task | None = None, *,
             snap.release()
 
 
+def _tests_copy_script(sandbox: DockerSandbox, task: Task) -> str | None:
+    """The bash that writes tests/ to /tests, to run in the in-place verifier's prelude (no command
+    of its own), where put_dir would write it inline anyway: commands run as root and the tree is
+    small. None otherwise, or when the script would make the server's argv too long."""
+    if not sandbox.runs_as_root:
+        return None
+    script = inline_put_script(task.tests_dir, "/tests")
+    return script if script is not None and len(script) <= _PRELUDE_COPY_MAX_CHARS else None
+
+
 def _run_tests(box: DockerSandbox, task: Task, timeout_s: float, start: float, *,
-               prepared: bool = False) -> VerifyResult:
+               prepared: bool = False, tests_copied: bool = False) -> VerifyResult:
     """tests/ over /tests, an empty reward dir, `bash /tests/test.sh` from the image's working
     dir and environment, and the reward files read back (verify's contract, in `box`).
-    prepared: _PREPARE already ran (no /tests, an empty reward dir)."""
-    try:
-        box.put_dir(task.tests_dir, "/tests", replace=not prepared)
-    except SandboxError as e:
-        return _failed(start, f"verifier sandbox failed: {e}")
+    prepared: _PREPARE already ran (no /tests, an empty reward dir); tests_copied: and tests/ is
+    in /tests (the prelude wrote it)."""
+    if not tests_copied:
+        try:
+            box.put_dir(task.tests_dir, "/tests", replace=not prepared)
+        except SandboxError as e:
+            return _failed(start, f"verifier sandbox failed: {e}")
     if not prepared:
         prep = box.exec(f"rm -rf {REWARD_DIR} && mkdir -p {REWARD_DIR}", 60, persist=False)
         if not prep.ok or prep.exit_code:
