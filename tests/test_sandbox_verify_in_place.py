@@ -1,5 +1,6 @@
 """verify(in_place=True): the tests run in the attempt's own container once every process the agent
 left is gone, and give what a clone gives, against the real Docker engine."""
+import hashlib
 import shutil
 
 import pytest
@@ -57,7 +58,6 @@ def test_a_root_sandbox_gets_its_tests_in_the_verifiers_prelude(docker_client, t
     monkeypatch.setattr(DockerSandbox, "put_dir", lambda self, *a, **kw: (puts.append(a[1]), real_put(self, *a, **kw)))
     for limit, expected_puts in ((verify_mod._PRELUDE_COPY_MAX_CHARS, []), (0, ["/tests", "/tests"])):
         monkeypatch.setattr(verify_mod, "_PRELUDE_COPY_MAX_CHARS", limit)
-        puts.clear()
         with DockerSandbox.from_task(task) as untouched, DockerSandbox.from_task(task) as solved:
             assert untouched.runs_as_root
             assert run_oracle(solved).exit_code == 0
@@ -67,8 +67,9 @@ def test_a_root_sandbox_gets_its_tests_in_the_verifiers_prelude(docker_client, t
             assert [(r.reward, r.infrastructure) for r in rewards] == [(0.0, False), (1.0, False)], rewards
             assert puts == expected_puts
             listing = solved.exec("cd /tests && find . -type f | sort | xargs md5sum", persist=False).output
-        local = sorted(p.relative_to(task.tests_dir).as_posix() for p in task.tests_dir.rglob("*") if p.is_file())
-        assert [line.split()[1][2:] for line in listing.splitlines()] == local
+        local = sorted((hashlib.md5(p.read_bytes()).hexdigest(), p.relative_to(task.tests_dir).as_posix())
+                       for p in task.tests_dir.rglob("*") if p.is_file())
+        assert sorted((h, name[2:]) for h, name in (line.split() for line in listing.splitlines())) == local
 
 
 def test_background_jobs_are_killed_before_the_tests(greeting):
