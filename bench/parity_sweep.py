@@ -27,6 +27,8 @@ import platform
 import sys
 import time
 
+import machine  # bench/machine.py
+
 os.environ.setdefault("JAX_ENABLE_X64", "1")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
@@ -122,7 +124,7 @@ def main():
             print(f"{variant:20s} multimodal={multimodal!s:5s} n={len(sel):3d} worst: "
                   + " ".join(f"{k}={v:.2e}" for k, v in worst.items())
                   + f"  max ours_fp32/hf_fp32={ratio:.2f}", flush=True)
-    out = {"machine": platform.processor() or platform.machine(), "cpu": _cpu_name(),
+    out = {"machine": platform.processor() or platform.machine(), "cpu": machine.cpu_name(),
            "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"), "wall_s": time.time() - t0,
            "rows": rows}
     if args.json:
@@ -130,13 +132,6 @@ def main():
             json.dump(out, fh, indent=1)
     print(f"{len(rows)} cases in {out['wall_s']:.0f} s on {out['cpu']}")
 
-
-def _cpu_name():
-    try:
-        with open("/proc/cpuinfo") as fh:
-            return next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.machine()
 
 
 if __name__ == "__main__":

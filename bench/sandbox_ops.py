@@ -24,7 +24,6 @@ import argparse
 import importlib
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -64,8 +63,10 @@ def main() -> int:
             DockerSandbox._create = lambda self, client, kw: real_create(self, client, {
                 **kw, "network_disabled": network_disabled})
             try:
-                with DockerSandbox(BASE_IMAGE) as sb:
-                    sb.exec("true")  # the first command (its shell server writes /etc/hosts when disabled)
+                def run():
+                    with DockerSandbox(BASE_IMAGE) as sb:
+                        sb.exec("true")  # the first command (its shell server writes /etc/hosts when disabled)
+                return measure(run)
             finally:
                 DockerSandbox._create = real_create
         return go
@@ -76,7 +77,7 @@ def main() -> int:
         def put(inline: bool):
             def go():
                 box.runs_as_root = inline  # not root: the archive copy
-                box.put_dir(tests, "/tests")
+                return measure(lambda: box.put_dir(tests, "/tests"))
             return go
 
         cases = {"start/none": start(False), "start/disabled": start(True),
@@ -103,7 +104,7 @@ def main() -> int:
         rows: dict[str, list[tuple[float, float]]] = {k: [] for k in cases}
         for _ in range(args.reps):
             for name, fn in cases.items():
-                rows[name].append(fn() if name.startswith("verify/") else measure(fn))
+                rows[name].append(fn())  # (wall, CPU) of the operation alone
     finally:
         box.runs_as_root = True
         box.close()
