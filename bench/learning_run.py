@@ -1,7 +1,8 @@
 """Does ReTerm-GRPO make the tiny model recover better on tasks it never saw? (issue 10, section 3)
 
     python bench/learning_run.py --out runs/learning [--train 48] [--val 16] [--heldout 64] [--samples 4]
-        [--sft_candidates 400,800,1200] [--grpo_steps 20] [--jobs 3] [--set rollout.group_size=8 ...]
+        [--sft_candidates 400,800,1200] [--grpo_steps 20] [--jobs 3] [--families all|NAME,...]
+        [--set rollout.group_size=8 ...]
 
 Stages (each one's output is reused when it is there: rerun the same command to resume):
  1. OUT/tasks/{train,val,heldout}: generated instances (reterm_jax.tasks). `val` is a validation
@@ -71,7 +72,7 @@ def apply_sets(cfg, items: list[str]) -> None:
 # ---- stages 1-2: tasks and demonstrations ---------------------------------------------------------------
 def make_tasks(out: Path, args) -> dict[str, list[Path]]:
     from reterm_jax.tasks.generate import generate, parse_families
-    families = parse_families("all")
+    families = parse_families(args.families)
     spec = {"train": ("train", args.train, args.seed), "val": ("train", args.val, args.seed + 1000),
             "heldout": ("heldout", args.heldout, args.seed)}
     for name, (split, count, seed) in spec.items():
@@ -80,12 +81,12 @@ def make_tasks(out: Path, args) -> dict[str, list[Path]]:
     return {name: _dirs(out, name) for name in spec}
 
 
-def make_demos(out: Path, train: list[Path], jobs: int) -> Path:
+def make_demos(out: Path, train: list[Path], jobs: int, faults_per_task: int = 0) -> Path:
     from reterm_jax.tasks.demos import build_demos
     path = out / "demos.jsonl"
     if not path.exists():
         tmp = out / "demos.jsonl.tmp"
-        n = build_demos([str(d) for d in train], tmp, jobs=jobs)
+        n = build_demos([str(d) for d in train], tmp, jobs=jobs, faults_per_task=faults_per_task)
         tmp.rename(path)
         _log(f"demos: {n} rows from {len(train)} train instances")
     return path
@@ -93,11 +94,15 @@ def make_demos(out: Path, train: list[Path], jobs: int) -> Path:
 
 def demo_limits(path: Path) -> dict:
     from reterm_jax.data import load_tokenizer
+    from reterm_jax.data.chat import encode_example
     from reterm_jax.data.pipeline import length_report
     rows = [json.loads(line) for line in open(path)]
-    rep = length_report(rows, load_tokenizer(), seq_len=1 << 20, overlong="drop")
-    limits = learning_report.run_limits(rep.longest, max(learning_report.recovery_calls(r) for r in rows))
-    return {**limits, "rows": len(rows), "longest_row": rep.longest, "target_tokens": rep.target_tokens}
+    tok = load_tokenizer()
+    rep = length_report(rows, tok, seq_len=1 << 20, overlong="drop")
+    turn = max(learning_report.longest_run(encode_example(r, tok).loss_mask) for r in rows)
+    limits = learning_report.run_limits(rep.longest, max(learning_report.recovery_calls(r) for r in rows), turn)
+    return {**limits, "rows": len(rows), "longest_row": rep.longest, "longest_turn": turn,
+            "target_tokens": rep.target_tokens}
 
 
 # ---- policies and evaluation ------------------------------------------------------------------------------
@@ -275,12 +280,25 @@ def main() -> None:
                    help=f"shared (pass@1, retry@2, recovery@2 from one first attempt) and/or {FAULT_RECOVERY}")
     p.add_argument("--sft_candidates", default="400,800,1200", help="SFT steps scored on the validation slice")
     p.add_argument("--grpo_steps", type=int, default=20)
+    p.add_argument("--families", default="all",
+                   help="task families of every split (comma-separated names, or all); fix it before the run, "
+                        "never from held-out scores")
+    p.add_argument("--faults_per_task", type=int, default=0,
+                   help="demonstrations of this many fault kinds per train instance (0 = all): more instances, "
+                        "more distinct values, for the same Docker time")
+    p.add_argument("--stop_after_warm_start", action="store_true",
+                   help="stop after the warm start is chosen (tasks, demos, SFT, validation)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jobs", type=int, default=3, help="trials (and demo tasks) at once")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a configs/grpo.py:tiny field (repeatable)")
     args = p.parse_args()
     logging.set_verbosity(logging.WARNING)
+    from reterm_jax.tasks.generate import parse_families
+    try:
+        parse_families(args.families)
+    except ValueError as e:
+        sys.exit(str(e))
     protocols = tuple(x.strip() for x in args.protocols.split(",") if x.strip())
     bad = [x for x in protocols if x not in ("shared", FAULT_RECOVERY)]
     if bad:
@@ -297,7 +315,7 @@ def main() -> None:
     t_all = time.time()
     t0 = time.time()
     dirs = make_tasks(out, args)
-    demos = make_demos(out, dirs["train"], args.jobs)
+    demos = make_demos(out, dirs["train"], args.jobs, args.faults_per_task)
     limits = demo_limits(demos)
     stages.setdefault("tasks_and_demos", round(time.time() - t0))
     _log(f"tasks: {', '.join(f'{k} {len(v)}' for k, v in dirs.items())}; demos {limits['rows']} rows, "
@@ -309,6 +327,7 @@ def main() -> None:
     gcfg.train.steps = args.grpo_steps
     r = gcfg.rollout
     r.max_turns, r.max_tokens, r.cache_length = limits["max_turns"], limits["max_tokens"], limits["cache_length"]
+    r.max_new_tokens_per_turn = limits.get("max_new_tokens_per_turn", r.max_new_tokens_per_turn)
     gcfg.train.seq_len = limits["grpo_seq_len"]
     apply_sets(gcfg, args.set)
     state["config"] = {"grpo": json.loads(gcfg.to_json_best_effort()), "limits": limits, "args": vars(args)}
@@ -320,6 +339,9 @@ def main() -> None:
         fn()
         stages.setdefault(name, round(time.time() - t0))
         save()
+        if name == "warm_start" and args.stop_after_warm_start:
+            _log(f"stopping after the warm start (--stop_after_warm_start): {state['sft']}")
+            return
 
     evals, timing = {}, {}
     # A policy with the warm start's params (GRPO applied no update; a 0-step control) gets the

@@ -28,6 +28,11 @@ def test_limits_cover_the_longest_row_and_recovery():
     lim = lr.run_limits(2049, 5)
     assert lim["sft_seq_len"] == 2304 and lim["max_tokens"] == 2816 == lim["grpo_seq_len"]
     assert lim["cache_length"] > lim["max_tokens"] and lim["max_turns"] == 8
+    assert "max_new_tokens_per_turn" not in lim  # no turn length given: the config's stays
+    # the longest demonstrated turn (259 tokens: a generated task's heredoc) fits a turn with room to spare
+    assert lr.longest_run([False, True, True, False, True, True, True, False]) == 3
+    assert lr.longest_run([]) == 0 and lr.longest_run([True] * 259) == 259
+    assert lr.run_limits(2049, 5, 259)["max_new_tokens_per_turn"] == 512
 
 
 def _summary(rates):
@@ -67,3 +72,11 @@ def test_fault_recovery_counts_the_models_attempt_only():
     s = fault_recovery_summary(trials)
     assert s["per_task"] == {"a": 0.5, "b": 0.0, "c": 0.0} and s["score"] == 0.5 / 3
     assert (s["tasks"], s["trials"], s["errored_trials"]) == (3, 4, 1)
+
+
+def test_demonstrated_fault_kinds_rotate_over_instances():
+    from reterm_jax.tasks.demos import chosen_faults
+    faults = {"a": ["x"], "b": ["y"], "c": ["z"]}
+    assert chosen_faults(faults, 7) == faults and chosen_faults(faults, 7, 5) == faults
+    assert [list(chosen_faults(faults, i, 1)) for i in range(4)] == [["a"], ["b"], ["c"], ["a"]]
+    assert list(chosen_faults(faults, 2, 2)) == ["c", "a"]

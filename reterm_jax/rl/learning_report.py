@@ -1,7 +1,7 @@
 """The learning run's bookkeeping (bench/learning_run.py): pure functions over evaluation summaries.
 
     pick_warm_start   the SFT candidate a validation slice of the train split prefers
-    run_limits        rollout/row limits that cover the demonstration rows
+    run_limits        rollout/row limits that cover the demonstration rows (longest_run: a row's longest turn)
     result            the result.json object (held-out scores, paired gains with bootstrap CIs)
     plot              learning.png: reward per GRPO step, the three evaluations with intervals
 """
@@ -37,17 +37,32 @@ def recovery_calls(row: dict) -> int:
     return sum(len(m.get("tool_calls") or []) for m in msgs[last_user + 1:] if m["role"] == "assistant")
 
 
-def run_limits(longest_row: int, max_recovery_calls: int, *, multiple: int = 256) -> dict:
+def longest_run(mask) -> int:
+    """The longest run of consecutive true entries of a loss mask: a row's longest assistant turn
+    in tokens (each turn's generated tokens are targets; the tool observations between are not)."""
+    best = run = 0
+    for m in mask:
+        run = run + 1 if m else 0
+        best = max(best, run)
+    return best
+
+
+def run_limits(longest_row: int, max_recovery_calls: int, longest_turn: int = 0, *, multiple: int = 256) -> dict:
     """Row length and turn limits that fit every demonstration: seq_len = the longest row rounded
     up (SFT keeps every row whole); a recovery attempt may run 25% past it before it is cut
     (max_tokens = the GRPO row); turns = the longest recovery's calls + 2 (a slower but correct
-    recovery is not cut off) + 1 for the closing claim."""
-    def up(n: int) -> int:
+    recovery is not cut off) + 1 for the closing claim; one turn may generate 25% past the longest
+    demonstrated turn (max_new_tokens_per_turn; 0 = leave the config's), so the teacher's own
+    longest command is never cut off mid-turn."""
+    def up(n: float) -> int:
         return int(math.ceil(n / multiple) * multiple)
     seq_len = up(longest_row)
     max_tokens = up(longest_row * 1.25)
-    return {"sft_seq_len": seq_len, "max_tokens": max_tokens, "grpo_seq_len": max_tokens,
-            "cache_length": max_tokens + 512, "max_turns": max_recovery_calls + 3}
+    limits = {"sft_seq_len": seq_len, "max_tokens": max_tokens, "grpo_seq_len": max_tokens,
+              "cache_length": max_tokens + 512, "max_turns": max_recovery_calls + 3}
+    if longest_turn:
+        limits["max_new_tokens_per_turn"] = up(longest_turn * 1.25)
+    return limits
 
 
 def scores(summary: dict) -> dict:

@@ -33,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("task_dirs", nargs="+", metavar="TASK_DIR")
     d.add_argument("--out", required=True, help="JSONL file to write")
     d.add_argument("--jobs", type=int, default=2, help="tasks run in parallel")
+    d.add_argument("--faults_per_task", type=int, default=0,
+                   help="demonstrate this many of each instance's fault kinds, in turn by instance (0 = all)")
     sub.add_parser("list", help="the families and their fault kinds")
     args = parser.parse_args(argv)
     if args.cmd == "list":
@@ -45,7 +47,9 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
         try:
             start = time.monotonic()
-            n = build_demos(args.task_dirs, args.out, jobs=args.jobs)
+            if args.faults_per_task < 0:
+                raise ValueError(f"--faults_per_task={args.faults_per_task}: use 0 (every fault kind) or a positive count")
+            n = build_demos(args.task_dirs, args.out, jobs=args.jobs, faults_per_task=args.faults_per_task)
         except ValueError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

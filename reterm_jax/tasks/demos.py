@@ -10,6 +10,7 @@ their demonstrations would leak the evaluation into training.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import tomllib
@@ -31,26 +32,40 @@ def generator_meta(task_dir: str | Path) -> dict:
     return meta
 
 
-def task_rows(task_dir: str | Path) -> list[dict]:
+def chosen_faults(faults: dict, index: int, limit: int = 0) -> dict:
+    """The fault kinds an instance demonstrates: all of them, or `limit` of them taken in turn from
+    the instance's index (instance i starts at kind i mod n), so that the kinds stay evenly spread
+    over a family's instances."""
+    kinds = list(faults)
+    if not limit or limit >= len(kinds):
+        return dict(faults)
+    start = index % len(kinds)
+    return {k: faults[k] for k in (kinds[(start + j) % len(kinds)] for j in range(limit))}
+
+
+def task_rows(task_dir: str | Path, faults_per_task: int = 0) -> list[dict]:
     meta = generator_meta(task_dir)
     task = load_task(task_dir)
     look = tuple(meta.get("inspect") or ()) or (LOOK_AROUND,)
     rows = []
-    for kind, commands in meta.get("faults", {meta["fault_kind"]: list(task.fault_commands)}).items():
+    faults = meta.get("faults", {meta["fault_kind"]: list(task.fault_commands)})
+    for kind, commands in chosen_faults(faults, int(meta.get("index", 0)), faults_per_task).items():
         new = rows_for_task(dataclasses.replace(task, fault_commands=tuple(commands)), look_around=look)
         log.info("%s (%s): %d rows", task.name, kind, len(new))
         rows += new
     return rows
 
 
-def build_demos(task_dirs: list[str], out: str | Path, jobs: int = 2) -> int:
-    """Write the demonstration rows of `task_dirs` to `out` (JSONL); returns the row count."""
+def build_demos(task_dirs: list[str], out: str | Path, jobs: int = 2, faults_per_task: int = 0) -> int:
+    """Write the demonstration rows of `task_dirs` to `out` (JSONL); returns the row count.
+    faults_per_task: demonstrate this many of each instance's fault kinds (0 = all; `chosen_faults`):
+    more instances for the same Docker time, i.e. more distinct values to copy."""
     heldout = [d for d in task_dirs if generator_meta(d)["split"] != "train"]
     if heldout:
         raise ValueError(f"{len(heldout)} task(s) are not from the train split (e.g. {heldout[0]}); "
                          "demonstrations are for training: pass train-split tasks only")
     with SandboxPool(max_concurrency=jobs) as pool:
-        outcomes = pool.map(task_rows, task_dirs)
+        outcomes = pool.map(functools.partial(task_rows, faults_per_task=faults_per_task), task_dirs)
     rows = []
     for o in outcomes:
         if o.ok:
