@@ -1,0 +1,123 @@
+"""Does an SFT checkpoint copy the instance's values, or only the commands around them?
+
+Splits each demonstration row's target tokens in two: **value** tokens, inside an occurrence in
+the assistant's text of a string the instruction quotes in backticks (a section, host, port,
+category, branch... of this instance) that is not quoted the same in every row's instruction
+(constant paths are not values), and every **other** target token. For each checkpoint and each
+row file it reports the mean loss (nats per token) and the greedy accuracy of both kinds. Rows of
+instances the model trained on (the SFT's demos) against rows of instances it never saw (e.g. a
+validation slice's demos, `python -m reterm_jax.tasks demos VAL/* --out val.jsonl`): a model that
+copies has about the same value loss on both; one that memorised values per instance does well
+only on the first; one that learned neither guesses from the pool on both.
+
+    python bench/copy_loss.py --ckpt OUT/sft/checkpoints --steps 1500,3000 \
+        --rows train=OUT/demos.jsonl --rows val=OUT/val_demos.jsonl [--max_rows 64]
+
+Prints one JSON object; asserts nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import numpy as np  # noqa: E402
+
+QUOTED = re.compile(r"`([^`\n]{2,80})`")
+
+
+def instruction(row: dict) -> str:
+    return next(m["content"] for m in row["messages"] if m["role"] == "user")
+
+
+def quoted_values(row: dict, constant: set[str]) -> list[str]:
+    """The instruction's backticked strings that vary between rows (brackets of `[section]` dropped)."""
+    out = []
+    for q in QUOTED.findall(instruction(row)):
+        q = q.strip("[]")
+        if q not in constant and len(q) >= 2:
+            out.append(q)
+    return sorted(set(out), key=len, reverse=True)
+
+
+def value_mask(tokens: np.ndarray, loss_mask: np.ndarray, values: list[str], tokenizer) -> np.ndarray:
+    """True at target tokens whose characters overlap an occurrence of a value in the decoded text."""
+    pieces = [tokenizer.decode([int(t)]) for t in tokens]
+    starts = np.cumsum([0] + [len(p) for p in pieces[:-1]])
+    text = "".join(pieces)
+    covered = np.zeros(len(text) + 1, bool)
+    for v in values:
+        for m in re.finditer(re.escape(v), text):
+            covered[m.start():m.end()] = True
+    mask = np.zeros(len(tokens), bool)
+    for i, (s, p) in enumerate(zip(starts, pieces)):
+        mask[i] = loss_mask[i] and bool(covered[s:s + max(1, len(p))].any())
+    return mask
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ckpt", required=True, help="an SFT run's checkpoints dir (holds config.json and STEP/)")
+    ap.add_argument("--steps", required=True, help="comma-separated checkpoint steps")
+    ap.add_argument("--rows", action="append", required=True, metavar="NAME=JSONL", help="demonstration rows")
+    ap.add_argument("--max_rows", type=int, default=64, help="rows per file (the first ones)")
+    args = ap.parse_args()
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from reterm_jax.convert import restore_model
+    from reterm_jax.data import load_tokenizer
+    from reterm_jax.data.chat import encode_example
+
+    tok = load_tokenizer()
+    files = {}
+    for spec in args.rows:
+        name, _, path = spec.partition("=")
+        if not path or not os.path.exists(path):
+            ap.error(f"--rows {spec!r}: give NAME=PATH of an existing JSONL file")
+        files[name] = [json.loads(line) for line in open(path)][:args.max_rows]
+    every = [r for rows in files.values() for r in rows]
+    counts: dict[str, int] = {}
+    for r in every:
+        for q in set(QUOTED.findall(instruction(r))):
+            counts[q.strip("[]")] = counts.get(q.strip("[]"), 0) + 1
+    constant = {q for q, n in counts.items() if n == len(every)}
+    encoded = {name: [(encode_example(r, tok), quoted_values(r, constant)) for r in rows] for name, rows in files.items()}
+
+    @nnx.jit
+    def logprobs(model, ids):
+        logits = model(ids)[0, :-1]
+        lp = jax.nn.log_softmax(logits, axis=-1)
+        tgt = ids[0, 1:]
+        return jnp.take_along_axis(lp, tgt[:, None], axis=-1)[:, 0], jnp.argmax(logits, axis=-1) == tgt
+
+    result = {"ckpt": args.ckpt, "constant_quotes": sorted(constant)}
+    for step in [int(s) for s in args.steps.split(",")]:
+        model = restore_model(os.path.join(args.ckpt, str(step)), config_dir=args.ckpt)
+        for name, rows in encoded.items():
+            acc = {"value": [0.0, 0, 0], "other": [0.0, 0, 0]}  # nll sum, correct, count
+            for ex, values in rows:
+                vmask = value_mask(ex.tokens, ex.loss_mask, values, tok)[1:]
+                omask = ex.loss_mask[1:] & ~vmask
+                lp, hit = logprobs(model, jnp.asarray(ex.tokens[None], jnp.int32))
+                lp, hit = np.asarray(lp), np.asarray(hit)
+                for kind, m in (("value", vmask), ("other", omask)):
+                    acc[kind][0] -= float(lp[m].sum())
+                    acc[kind][1] += int(hit[m].sum())
+                    acc[kind][2] += int(m.sum())
+            result[f"{step}/{name}"] = {kind: {"tokens": c, "nll": round(s / max(c, 1), 4),
+                                               "greedy_acc": round(k / max(c, 1), 4)}
+                                        for kind, (s, k, c) in acc.items()}
+            print(f"step {step} {name}: {result[f'{step}/{name}']}", file=sys.stderr)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
