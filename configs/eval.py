@@ -44,7 +44,7 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c.sampling = ml_collections.ConfigDict(dict(temperature=1.0, top_k=0, top_p=1.0))
     # Harness limits (harness.Limits); the task's [agent].timeout_sec also caps wall_clock_s. The tiny
     # ones are configs/grpo.py:tiny's rollout limits: a policy is scored under the limits it trained with.
-    c.limits = ml_collections.ConfigDict(dict(max_turns=18, max_tokens=3072, max_new_tokens_per_turn=256,
+    c.limits = ml_collections.ConfigDict(dict(max_turns=18, max_tokens=3072, max_new_tokens_per_turn=384,
                                               wall_clock_s=300.0, command_timeout_s=30.0))
 
     if preset == "qwen3_5_9b":

@@ -62,7 +62,7 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c.rollout.max_turns = 18        # the longest demonstrated recovery (15 commands in the bundled demo
     #                                 rows, 9 in generated tasks' demos) + 2 of slack + the closing claim
     c.rollout.max_tokens = 3072
-    c.rollout.max_new_tokens_per_turn = 256
+    c.rollout.max_new_tokens_per_turn = 384  # the generated families' longest fix is one 311-token command
     c.rollout.wall_clock_s = 300.0
     c.rollout.command_timeout_s = 30.0
     c.rollout.cache_length = 3584   # sampler cache slots per row (each row writes at its own index; a

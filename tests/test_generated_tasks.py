@@ -111,3 +111,28 @@ def test_cli_writes_tasks_and_rejects_bad_input(tmp_path, capsys):
     assert _files(tmp_path) == before  # nothing was written or removed by the refused runs
     with pytest.raises(ValueError, match="--count=0"):
         generate(parse_families("all"), "train", 0, 0, tmp_path / "x")
+
+
+def test_the_tiny_presets_turn_fits_every_oracle_command(splits):
+    """A policy that writes what the teacher wrote must fit each command in one turn: the tiny GRPO
+    and eval presets' max_new_tokens_per_turn covers the longest oracle command of every family
+    (the tool-call text as the model generates it, a sentence of content and <|im_end|>)."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "configs"))
+    import eval as eval_config
+    import grpo as grpo_config
+
+    from reterm_jax.data import load_tokenizer
+    from reterm_jax.data.chat import _tool_calls_text
+    from reterm_jax.rl.policies import split_commands
+    tok = load_tokenizer()
+    opening = "Let me look at the state the failed attempt left behind."
+    longest = 0
+    for dirs in splits.values():
+        for d in dirs:
+            for c in split_commands((d / "solution" / "solve.sh").read_text()):
+                call = [{"function": {"name": "bash", "arguments": {"command": c}}}]
+                longest = max(longest, len(tok.encode(_tool_calls_text(call, opening))) + 1)
+    assert longest > 256  # the csv / log families' heredocs: the old 256 cut them off
+    assert grpo_config.get_config("tiny").rollout.max_new_tokens_per_turn >= longest
+    assert eval_config.get_config("tiny").limits.max_new_tokens_per_turn >= longest
