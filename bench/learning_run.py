@@ -2,6 +2,7 @@
 
     python bench/learning_run.py --out runs/learning [--train 48] [--val 16] [--heldout 64] [--samples 4]
         [--sft_candidates 400,800,1200] [--grpo_steps 20] [--jobs 3] [--families all|NAME,...]
+        [--faults_per_task N] [--stop_after_warm_start]
         [--set rollout.group_size=8 ...]
 
 Stages (each one's output is reused when it is there: rerun the same command to resume):
@@ -299,6 +300,8 @@ def main() -> None:
         parse_families(args.families)
     except ValueError as e:
         sys.exit(str(e))
+    if args.faults_per_task < 0:
+        sys.exit(f"--faults_per_task={args.faults_per_task}: use 0 (every fault kind) or a positive count")
     protocols = tuple(x.strip() for x in args.protocols.split(",") if x.strip())
     bad = [x for x in protocols if x not in ("shared", FAULT_RECOVERY)]
     if bad:
