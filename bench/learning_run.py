@@ -2,7 +2,7 @@
 
     python bench/learning_run.py --out runs/learning [--train 48] [--val 16] [--heldout 64] [--samples 4]
         [--sft_candidates 400,800,1200] [--grpo_steps 20] [--jobs 3] [--families all|NAME,...]
-        [--faults_per_task N] [--stop_after_warm_start]
+        [--faults_per_task N] [--sft_batch B] [--stop_after_warm_start]
         [--set rollout.group_size=8 ...]
 
 Stages (each one's output is reused when it is there: rerun the same command to resume):
@@ -199,11 +199,13 @@ def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, sta
         cfg.seed = args.seed
         cfg.data.path, cfg.data.seq_len, cfg.data.overlong = str(demos), limits["sft_seq_len"], "drop"
         cfg.train.steps, cfg.train.export_hf, cfg.train.log_every = cands[-1], False, 50
+        cfg.train.batch_size = args.sft_batch
         every = math.gcd(*cands)
         cfg.checkpoint.every, cfg.checkpoint.keep = every, cands[-1] // every + 1
         t0 = time.time()
         res = sft.train(cfg, str(out / "sft"))
-        state["sft"] = {"steps": cands[-1], "seq_len": cfg.data.seq_len, "target_tokens": res["target_tokens"],
+        state["sft"] = {"steps": cands[-1], "batch_size": cfg.train.batch_size, "seq_len": cfg.data.seq_len,
+                        "target_tokens": res["target_tokens"],
                         "train_s": round(time.time() - t0),
                         "loss": {s: res["losses"][s] for s in cands if s in res["losses"]}}
         _log(f"SFT: {cands[-1]} steps in {state['sft']['train_s']} s; losses at the candidates {state['sft']['loss']}")
@@ -259,6 +261,7 @@ def run_control(out: Path, args, limits: dict, demos: Path, warm: Path, state: d
     cfg.model.hf_path, cfg.data.tokenizer = str(warm), str(warm)
     cfg.data.path, cfg.data.seq_len, cfg.data.overlong = str(demos), limits["sft_seq_len"], "drop"
     cfg.train.steps, cfg.train.log_every = steps, 10
+    cfg.train.batch_size = state["sft"].get("batch_size", 1)  # per_step counts the warm start's batches
     base = sft_config.get_config("tiny").optim
     cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.end_lr_ratio = base.lr * base.end_lr_ratio, 0, 1.0
     cfg.checkpoint.every = steps
@@ -280,6 +283,8 @@ def main() -> None:
     p.add_argument("--protocols", default=f"shared,{FAULT_RECOVERY}",
                    help=f"shared (pass@1, retry@2, recovery@2 from one first attempt) and/or {FAULT_RECOVERY}")
     p.add_argument("--sft_candidates", default="400,800,1200", help="SFT steps scored on the validation slice")
+    p.add_argument("--sft_batch", type=int, default=1,
+                   help="packed rows per SFT step (run 3: 4 rows a step start copying the instance's values, 1 does not)")
     p.add_argument("--grpo_steps", type=int, default=20)
     p.add_argument("--families", default="all",
                    help="task families of every split (comma-separated names, or all); fix it before the run, "
@@ -300,6 +305,8 @@ def main() -> None:
         parse_families(args.families)
     except ValueError as e:
         sys.exit(str(e))
+    if args.sft_batch < 1:
+        sys.exit(f"--sft_batch={args.sft_batch}: use 1 or more packed rows a step")
     if args.faults_per_task < 0:
         sys.exit(f"--faults_per_task={args.faults_per_task}: use 0 (every fault kind) or a positive count")
     protocols = tuple(x.strip() for x in args.protocols.split(",") if x.strip())

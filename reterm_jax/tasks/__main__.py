@@ -2,6 +2,7 @@
 
     python -m reterm_jax.tasks generate --families=all --split=train --count=200 --seed=0 --out=DIR
     python -m reterm_jax.tasks demos DIR/* --out=demos.jsonl     (train split only; needs Docker)
+    python -m reterm_jax.tasks drills --rows=4000 --seed=0 --out=drills.jsonl   (copy drills, no Docker)
     python -m reterm_jax.tasks list
 
 Check the result with `python -m reterm_jax.sandbox check DIR/*` (oracle 1, untouched 0, and
@@ -35,11 +36,22 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--jobs", type=int, default=2, help="tasks run in parallel")
     d.add_argument("--faults_per_task", type=int, default=0,
                    help="demonstrate this many of each instance's fault kinds, in turn by instance (0 = all)")
+    r = sub.add_parser("drills", help="synthetic copy-drill SFT rows (reterm_jax/tasks/drills.py)")
+    r.add_argument("--rows", type=int, required=True, help="how many rows")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--out", required=True, help="JSONL file to write")
     sub.add_parser("list", help="the families and their fault kinds")
     args = parser.parse_args(argv)
     if args.cmd == "list":
         for f in FAMILIES.values():
             print(f"{f.name}: {', '.join(f.kinds)}")
+        return 0
+    if args.cmd == "drills":
+        from reterm_jax.tasks.drills import write_drills
+        if args.rows < 1:
+            print(f"error: --rows={args.rows}: ask for at least one row", file=sys.stderr)
+            return 2
+        print(f"wrote {write_drills(args.out, args.rows, args.seed)} copy-drill rows (seed {args.seed}) to {args.out}")
         return 0
     if args.cmd == "demos":
         import logging
