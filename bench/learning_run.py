@@ -96,14 +96,14 @@ def make_demos(out: Path, train: list[Path], jobs: int, faults_per_task: int = 0
 def demo_limits(path: Path) -> dict:
     from reterm_jax.data import load_tokenizer
     from reterm_jax.data.chat import encode_example
-    from reterm_jax.data.pipeline import length_report
     rows = [json.loads(line) for line in open(path)]
     tok = load_tokenizer()
-    rep = length_report(rows, tok, seq_len=1 << 20, overlong="drop")
-    turn = max(learning_report.longest_run(encode_example(r, tok).loss_mask) for r in rows)
-    limits = learning_report.run_limits(rep.longest, max(learning_report.recovery_calls(r) for r in rows), turn)
-    return {**limits, "rows": len(rows), "longest_row": rep.longest, "longest_turn": turn,
-            "target_tokens": rep.target_tokens}
+    encoded = [encode_example(r, tok) for r in rows]  # build_demos validated every row
+    longest = max(len(ex) for ex in encoded)
+    turn = max(learning_report.longest_run(ex.loss_mask) for ex in encoded)
+    limits = learning_report.run_limits(longest, max(learning_report.recovery_calls(r) for r in rows), turn)
+    return {**limits, "rows": len(rows), "longest_row": longest, "longest_turn": turn,
+            "target_tokens": int(sum(int(ex.loss_mask.sum()) for ex in encoded))}
 
 
 # ---- policies and evaluation ------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import random
 import string
 
 from reterm_jax.assets.build_demo_dataset import call, make_row
+from reterm_jax.data.sources import save_rows
 from reterm_jax.rl.harness import SYSTEM_PROMPT, format_observation
 from reterm_jax.tasks.pools import POOLS
 
@@ -105,7 +106,5 @@ def drill_rows(count: int, seed: int = 0) -> list[dict]:
 
 def write_drills(out: str, count: int, seed: int = 0) -> int:
     rows = drill_rows(count, seed)
-    with open(out, "w") as f:
-        for r in rows:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    save_rows(rows, out)
     return len(rows)
