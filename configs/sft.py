@@ -32,9 +32,11 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     #                                 attention forward in the backward)
     c.model.scan_layers = False     # lax.scan over repeating blocks of layers (the 9B: 8 x [3 DeltaNet +
     #                                 1 attention]): bounded compile time; params keep per-layer names
-    c.model.attention_impl = "auto"  # auto | flash (tiles, memory linear in T) | splash (the Pallas TPU
-    #                                 kernel) | reference (scores per 128-query block against all earlier
-    #                                 keys); auto = splash on TPU (head_dim a multiple of 128), else flash
+    c.model.attention_impl = "auto"  # auto | flash (tiles, memory linear in T) | cudnn (cuDNN's fused
+    #                                 kernel on NVIDIA GPUs for unpacked right-padded batches, flash for
+    #                                 others) | splash (the Pallas TPU kernel) | reference (scores per
+    #                                 128-query block against all earlier keys); auto = splash on TPU
+    #                                 (head_dim a multiple of 128), cudnn on GPU (bf16/fp16), else flash
     c.model.logits_chunk = 1024     # the losses run the LM head this many positions at a time: [B, T, V]
     #                                 logits never exist in a train step (0 = one chunk, full logits)
     c.model.delta_group_tokens = 0  # the DeltaNet's delta rule runs over groups of this many tokens,

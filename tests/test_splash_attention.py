@@ -50,11 +50,10 @@ def test_model_with_splash_equals_model_with_reference_attention():
 def test_auto_picks_splash_only_on_tpu_with_lane_sized_heads():
     assert resolve_attention_impl("auto", 256, "tpu") == "splash"
     assert resolve_attention_impl("auto", 64, "tpu") == "flash"
-    assert resolve_attention_impl("auto", 256, "gpu") == "flash"
     assert resolve_attention_impl("auto", 256, "cpu") == "flash"
     assert resolve_attention_impl("reference", 256, "tpu") == "reference"
-    with pytest.raises(ValueError, match="model.attention_impl='cudnn'"):
-        resolve_attention_impl("cudnn", 256)
+    with pytest.raises(ValueError, match="model.attention_impl='bogus'"):
+        resolve_attention_impl("bogus", 256)
 
 
 SHARDED = textwrap.dedent("""

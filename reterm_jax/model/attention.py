@@ -118,26 +118,47 @@ def cache_attention(q, keys, values, q_segments, q_slots, kv_segments, filled, s
 #   reference: causal_block_attention above (scores of a 128-query block against all earlier keys);
 #   flash: model/flash_attention.py (tiles, online softmax, custom backward: memory linear in T;
 #          plain JAX, every backend);
+#   cudnn: model/cudnn_attention.py (cuDNN's fused kernel on NVIDIA GPUs, bf16/fp16, head size
+#          <= 256, for batches of unpacked right-padded rows such as GRPO's; packed or left-padded
+#          batches run flash inside the same compiled step);
 #   splash: model/splash_attention.py (the Pallas TPU splash kernel, per device under the mesh;
 #           Pallas' interpreter off TPU: correct and slow, for checking);
-#   auto: splash on TPU when the head size is a multiple of 128 (the kernel's lane width), else
-#         flash, saying so once in the log. A cuDNN kernel is not built: jax.nn.dot_product_attention's
-#         cuDNN path expresses padding only as per-row lengths, not packed segments or left padding,
-#         without a dense [T, S] mask; on GPUs auto is flash.
-ATTENTION_IMPLS = ("auto", "reference", "flash", "splash")
+#   auto: splash on TPU when the head size is a multiple of 128 (the kernel's lane width); cudnn on
+#         GPU under bf16/fp16 compute with head size <= 256; else flash, saying so once in the log.
+ATTENTION_IMPLS = ("auto", "reference", "flash", "cudnn", "splash")
+CUDNN_MAX_HEAD_DIM = 256
 _said: set[str] = set()
 
 
-def resolve_attention_impl(impl: str, head_dim: int, backend: str | None = None) -> str:
-    """The kernel `impl` runs as on `backend` (default: JAX's): auto -> splash | flash."""
+def _cudnn_refusal(head_dim: int, backend: str, dtype) -> str | None:
+    """Why cuDNN's fused attention cannot run here, or None when it can."""
+    if backend != "gpu":
+        return f"cuDNN attention needs an NVIDIA GPU (JAX's backend is {backend})"
+    if dtype is not None and jnp.dtype(dtype) not in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
+        return f"cuDNN attention needs bf16 or fp16 compute (model.dtype gives {jnp.dtype(dtype).name})"
+    if head_dim > CUDNN_MAX_HEAD_DIM or head_dim % 8:
+        return f"cuDNN attention needs a head size <= {CUDNN_MAX_HEAD_DIM} and a multiple of 8 (got {head_dim})"
+    return None
+
+
+def resolve_attention_impl(impl: str, head_dim: int, backend: str | None = None, dtype=None) -> str:
+    """The kernel `impl` runs as on `backend` (default: JAX's) for compute `dtype` (None: not
+    checked): auto -> splash | cudnn | flash."""
     if impl not in ATTENTION_IMPLS:
         raise ValueError(f"model.attention_impl={impl!r}: use one of {', '.join(ATTENTION_IMPLS)}")
+    backend = backend or jax.default_backend()
+    if impl == "cudnn":
+        refusal = _cudnn_refusal(head_dim, backend, dtype)
+        if refusal:
+            raise ValueError(f"model.attention_impl='cudnn': {refusal}; use model.attention_impl=flash or auto")
     if impl != "auto":
         return impl
-    backend = backend or jax.default_backend()
     if backend == "tpu" and head_dim % 128 == 0:
         return "splash"
+    if backend == "gpu" and _cudnn_refusal(head_dim, backend, dtype) is None:
+        return "cudnn"
     why = (f"head_dim {head_dim} is not a multiple of 128" if backend == "tpu" else
+           _cudnn_refusal(head_dim, backend, dtype) if backend == "gpu" else
            f"no faster kernel is built for {backend}")
     if why not in _said:
         _said.add(why)
@@ -147,12 +168,15 @@ def resolve_attention_impl(impl: str, head_dim: int, backend: str | None = None)
 
 def self_attention(q, k, v, segment_ids, scale: float, impl: str = "auto"):
     """The one entry point for cache-less self-attention; `impl` from ATTENTION_IMPLS."""
-    impl = resolve_attention_impl(impl, q.shape[-1])
+    impl = resolve_attention_impl(impl, q.shape[-1], dtype=q.dtype)
     if impl == "reference":
         return causal_block_attention(q, k, v, segment_ids, scale)
     if impl == "flash":
         from reterm_jax.model.flash_attention import flash_attention
         return flash_attention(q, k, v, segment_ids, scale)
+    if impl == "cudnn":
+        from reterm_jax.model.cudnn_attention import cudnn_attention
+        return cudnn_attention(q, k, v, segment_ids, scale)
     from reterm_jax.model.splash_attention import splash_attention
     return splash_attention(q, k, v, segment_ids, scale)
 

@@ -19,7 +19,7 @@ import optax
 from flax import nnx, struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from reterm_jax.model.attention import set_attention_impl
+from reterm_jax.model.attention import resolve_attention_impl, set_attention_impl
 from reterm_jax.model.delta_rule import GROUP_TOKENS
 from reterm_jax.model.deltanet import set_delta_group_tokens
 from reterm_jax.model.flash_attention import LSE_NAME, OUT_NAME
@@ -93,7 +93,9 @@ def abstract_params(cfg, mesh: Mesh):
     abstract = abstract_model(config, dtype, param_dtype, scan_layers=bool(cfg.get("scan_layers", False)))
     abstract.model.remat = remat_policy(cfg.remat)  # static module structure: goes in the graphdef
     abstract.logits_chunk = int(cfg.get("logits_chunk", abstract.logits_chunk))  # LM head in chunks (losses)
-    set_attention_impl(abstract, cfg.get("attention_impl", "auto"))  # flash | reference (static)
+    impl = cfg.get("attention_impl", "auto")
+    resolve_attention_impl(impl, config.head_dim, dtype=dtype)  # a kernel this backend cannot run: say so now
+    set_attention_impl(abstract, impl)  # static, in the graphdef
     set_delta_group_tokens(abstract, cfg.get("delta_group_tokens", GROUP_TOKENS))  # delta rule in groups (static)
     graphdef, abs_params = nnx.split(abstract, nnx.Param)
     shardings = nnx.to_pure_dict(state_shardings(abs_params, mesh))
