@@ -155,11 +155,11 @@ def resolve_attention_impl(impl: str, head_dim: int, backend: str | None = None,
         return impl
     if backend == "tpu" and head_dim % 128 == 0:
         return "splash"
-    if backend == "gpu" and _cudnn_refusal(head_dim, backend, dtype) is None:
+    refusal = _cudnn_refusal(head_dim, backend, dtype) if backend == "gpu" else None
+    if backend == "gpu" and refusal is None:
         return "cudnn"
     why = (f"head_dim {head_dim} is not a multiple of 128" if backend == "tpu" else
-           _cudnn_refusal(head_dim, backend, dtype) if backend == "gpu" else
-           f"no faster kernel is built for {backend}")
+           refusal or f"no faster kernel is built for {backend}")
     if why not in _said:
         _said.add(why)
         log.info("model.attention_impl=auto: flash attention (%s)", why)

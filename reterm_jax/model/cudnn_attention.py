@@ -51,7 +51,7 @@ def cudnn_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.A
             q, k, v = (jnp.pad(x, ((0, 0), (0, pad), (0, 0), (0, 0))) for x in (q, k, v))
         out = jax.nn.dot_product_attention(q, k, v, scale=scale, is_causal=True, query_seq_lengths=n,
                                            key_value_seq_lengths=n, implementation="cudnn")[:, :t]
-        return jnp.where((segment_ids != 0)[:, :, None, None], out, 0).astype(out.dtype)
+        return jnp.where((segment_ids != 0)[:, :, None, None], out, 0)
 
     def tiled(q, k, v, segment_ids):
         return flash_attention(q, k, v, segment_ids, scale)
