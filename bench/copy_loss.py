@@ -8,7 +8,10 @@ row file it reports the mean loss (nats per token) and the greedy accuracy of bo
 instances the model trained on (the SFT's demos) against rows of instances it never saw (e.g. a
 validation slice's demos, `python -m reterm_jax.tasks demos VAL/* --out val.jsonl`): a model that
 copies has about the same value loss on both; one that memorised values per instance does well
-only on the first; one that learned neither guesses from the pool on both.
+only on the first; one that learned neither guesses from the pool on both. It also counts,
+per kind of value (number: a port or a count; name: anything else), the occurrences whose every
+token is greedy-right (`by_kind`, with the kind's token loss and accuracy): a fix needs whole
+values, so this is nearer to what a recovery needs.
 
     python bench/copy_loss.py --ckpt OUT/sft/checkpoints --steps 1500,3000 \
         --rows train=OUT/demos.jsonl --rows val=OUT/val_demos.jsonl [--max_rows 64]
@@ -45,18 +48,36 @@ def quoted_values(row: dict, constant: set[str]) -> list[str]:
     return sorted(set(out), key=len, reverse=True)
 
 
-def value_mask(tokens: np.ndarray, loss_mask: np.ndarray, values: list[str], tokenizer) -> np.ndarray:
-    """True at target tokens whose characters overlap an occurrence of a value in the decoded text."""
+def value_kind(value: str) -> str:
+    """number (a port, a count: every character a digit) or name (a host, a section, a branch...)."""
+    return "number" if value.isdigit() else "name"
+
+
+def value_spans(tokens: np.ndarray, loss_mask: np.ndarray, values: list[str], tokenizer) -> list[tuple[str, np.ndarray]]:
+    """(kind, target-token indices) of each occurrence of a value in the decoded text that
+    overlaps target tokens; a token overlapping a longer value's occurrence belongs to that one."""
     pieces = [tokenizer.decode([int(t)]) for t in tokens]
     starts = np.cumsum([0] + [len(p) for p in pieces[:-1]])
+    ends = starts + np.maximum(1, [len(p) for p in pieces])
     text = "".join(pieces)
-    covered = np.zeros(len(text) + 1, bool)
-    for v in values:
+    taken = np.zeros(len(text) + 1, bool)
+    spans = []
+    for v in values:  # longest first (quoted_values' order)
         for m in re.finditer(re.escape(v), text):
-            covered[m.start():m.end()] = True
+            if taken[m.start():m.end()].any():
+                continue
+            taken[m.start():m.end()] = True
+            idx = np.nonzero((starts < m.end()) & (ends > m.start()) & loss_mask.astype(bool))[0]
+            if len(idx):
+                spans.append((value_kind(v), idx))
+    return spans
+
+
+def value_mask(tokens: np.ndarray, loss_mask: np.ndarray, values: list[str], tokenizer) -> np.ndarray:
+    """True at target tokens whose characters overlap an occurrence of a value in the decoded text."""
     mask = np.zeros(len(tokens), bool)
-    for i, (s, p) in enumerate(zip(starts, pieces)):
-        mask[i] = loss_mask[i] and bool(covered[s:s + max(1, len(p))].any())
+    for _, idx in value_spans(tokens, loss_mask, values, tokenizer):
+        mask[idx] = True
     return mask
 
 
@@ -102,8 +123,13 @@ def main() -> int:
         model = restore_model(os.path.join(args.ckpt, str(step)), config_dir=args.ckpt)
         for name, rows in encoded.items():
             acc = {"value": [0.0, 0, 0], "other": [0.0, 0, 0]}  # nll sum, correct, count
+            whole: dict[str, list] = {}  # kind -> [occurrences all greedy-right, occurrences, nll sum, right tokens, tokens]
             for ex, values in rows:
-                vmask = value_mask(ex.tokens, ex.loss_mask, values, tok)[1:]
+                spans = value_spans(ex.tokens, ex.loss_mask, values, tok)
+                vmask = np.zeros(len(ex.tokens), bool)
+                for _, idx in spans:
+                    vmask[idx] = True
+                vmask = vmask[1:]
                 omask = ex.loss_mask[1:] & ~vmask
                 lp, hit = logprobs(model, jnp.asarray(ex.tokens[None], jnp.int32))
                 lp, hit = np.asarray(lp), np.asarray(hit)
@@ -111,9 +137,21 @@ def main() -> int:
                     acc[kind][0] -= float(lp[m].sum())
                     acc[kind][1] += int(hit[m].sum())
                     acc[kind][2] += int(m.sum())
+                for kind, idx in spans:  # token i is predicted at position i - 1
+                    w = whole.setdefault(kind, [0, 0, 0.0, 0, 0])
+                    w[0] += bool(hit[idx - 1].all())
+                    w[1] += 1
+                    w[2] -= float(lp[idx - 1].sum())
+                    w[3] += int(hit[idx - 1].sum())
+                    w[4] += len(idx)
             result[f"{step}/{name}"] = {kind: {"tokens": c, "nll": round(s / max(c, 1), 4),
                                                "greedy_acc": round(k / max(c, 1), 4)}
                                         for kind, (s, k, c) in acc.items()}
+            # a fix needs every token of a value: the share of value occurrences greedy-right whole
+            result[f"{step}/{name}"]["by_kind"] = {
+                kind: {"occurrences": n, "whole_greedy_exact": round(k / max(n, 1), 4), "tokens": c,
+                       "nll": round(nll / max(c, 1), 4), "greedy_acc": round(right / max(c, 1), 4)}
+                for kind, (k, n, nll, right, c) in sorted(whole.items())}
             print(f"step {step} {name}: {result[f'{step}/{name}']}", file=sys.stderr)
     print(json.dumps(result))
     return 0
