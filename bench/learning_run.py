@@ -2,7 +2,7 @@
 
     python bench/learning_run.py --out runs/learning [--train 48] [--val 16] [--heldout 64] [--samples 4]
         [--sft_candidates 400,800,1200] [--grpo_steps 20] [--jobs 3] [--families all|NAME,...]
-        [--faults_per_task N] [--sft_batch B] [--stop_after_warm_start]
+        [--faults_per_task N] [--sft_batch B] [--sft_restart STEPS@LR] [--stop_after_warm_start]
         [--set rollout.group_size=8 ...]
 
 Stages (each one's output is reused when it is there: rerun the same command to resume):
@@ -12,7 +12,8 @@ Stages (each one's output is reused when it is there: rerun the same command to 
  3. OUT/sft: configs/sft.py:tiny on those rows, seq_len = the longest row (none truncated),
     checkpoints at each --sft_candidates step; each candidate is scored on `val` (recovery from
     the scripted fault, 1 sample per task) and the best, ties to the earliest, is the warm start,
-    exported to OUT/warm_start_hf. The held-out split plays no part in any choice.
+    exported to OUT/warm_start_hf. --sft_restart adds a second phase (OUT/sft_restart) from the
+    last candidate's weights with a new schedule, whose checkpoints are candidates too. The held-out split plays no part in any choice.
  4. OUT/grpo: configs/grpo.py:tiny on the train instances from the warm start (failure bank from
     their scripted faults, rollout limits covering the longest demonstration) -> OUT/grpo_hf.
  5. OUT/control: continued SFT from the warm start on the same rows for as many loss tokens as
@@ -44,9 +45,8 @@ from absl import logging  # noqa: E402
 
 import grpo as grpo_config  # noqa: E402  (configs/grpo.py)
 import sft as sft_config  # noqa: E402  (configs/sft.py)
-from reterm_jax.rl import evaluation, learning_report  # noqa: E402
-
-FAULT_RECOVERY = "fault-recovery"
+from learning_eval import FAULT_RECOVERY, evaluate, model_policy, time_split  # noqa: E402  (bench/)
+from reterm_jax.rl import learning_report  # noqa: E402
 
 
 def _log(msg: str) -> None:
@@ -106,76 +106,6 @@ def demo_limits(path: Path) -> dict:
             "target_tokens": int(sum(int(ex.loss_mask.sum()) for ex in encoded))}
 
 
-# ---- policies and evaluation ------------------------------------------------------------------------------
-def model_policy(gcfg, hf_dir: str = "", *, model=None, seed: int = 12345):
-    """The model (an HF dir, or a restored model) through the bash harness, sampled as GRPO
-    samples, under the GRPO rollout limits. The seed is the same for every policy: trial keys
-    then depend on (task, sample, attempt) alone (rl/policies.py::trial_key)."""
-    from reterm_jax.data import load_tokenizer, special_ids
-    from reterm_jax.model.hf_io import load_pretrained
-    from reterm_jax.rl.harness import Limits
-    from reterm_jax.rl.policies import ModelPolicy
-    from reterm_jax.rl.sampler import Sampler
-    from reterm_jax.rl.sampling import SamplingParams
-    tok = load_tokenizer(hf_dir) if hf_dir else load_tokenizer()
-    ids = special_ids(tok)
-    model = model if model is not None else load_pretrained(hf_dir)
-    sampler = Sampler(model, stop_ids=ids.stop, pad_id=ids.pad, max_length=gcfg.rollout.cache_length)
-    r = gcfg.rollout
-    limits = Limits(max_turns=r.max_turns, max_tokens=r.max_tokens, max_new_tokens_per_turn=r.max_new_tokens_per_turn,
-                    wall_clock_s=r.wall_clock_s, command_timeout_s=r.command_timeout_s)
-    return ModelPolicy(sampler, tok, limits, SamplingParams(temperature=r.temperature), seed=seed)
-
-
-def evaluate(policy, dirs: list[Path], *, samples: int, jobs: int, protocols: tuple[str, ...]) -> tuple[dict, list]:
-    """(summary, trials): shared_first_attempt (pass@1, retry@2, recovery@2) and/or fault-recovery,
-    `samples` per task, on a SandboxPool of `jobs` sandboxes' worth of trials at once."""
-    from reterm_jax.rl.policies import fault_then
-    from reterm_jax.sandbox import DockerSandbox, SandboxPool, load_task, verify
-    kw = dict(sandbox_factory=DockerSandbox.from_task, verify_fn=verify)
-    jobs_list = [(d, p, s) for d in dirs for p in protocols for s in range(samples)]
-
-    def run(job):
-        d, protocol, sample = job
-        task = load_task(d)
-        start = time.monotonic()
-        if protocol == FAULT_RECOVERY:
-            trials = [evaluation.recovery_at_k(fault_then(policy), task, k=2, sample=sample, **kw)]
-            trials[0].protocol = FAULT_RECOVERY
-        else:
-            trials = evaluation.shared_first_attempt(policy, task, sample=sample, **kw)
-        for t in trials:
-            t.wall_s = time.monotonic() - start
-        return trials
-
-    with SandboxPool(max_concurrency=jobs) as pool:
-        outcomes = [f.result() for f in [pool.submit(run, job) for job in jobs_list]]
-    trials = []
-    for (d, protocol, sample), o in zip(jobs_list, outcomes):
-        if o.ok:
-            trials.extend(o.value)
-        else:  # counts as unresolved, the error kept
-            names = [FAULT_RECOVERY] if protocol == FAULT_RECOVERY else list(evaluation.PROTOCOLS)
-            trials.extend(evaluation.Trial(d.name, p, sample, error=o.error) for p in names)
-    summary = evaluation.summarize([t for t in trials if t.protocol != FAULT_RECOVERY], 2)
-    fault = [t for t in trials if t.protocol == FAULT_RECOVERY]
-    if fault:
-        summary[FAULT_RECOVERY] = evaluation.fault_recovery_summary(fault)
-    return summary, trials
-
-
-def time_split(trials: list) -> dict:
-    """Where an evaluation's time went, summed over its trials' distinct attempts."""
-    seen, policy_s, verify_s, tokens = set(), 0.0, 0.0, 0
-    for t in trials:
-        for a in t.attempts:
-            if id(a) not in seen:  # a shared first attempt counts once
-                seen.add(id(a))
-                policy_s, verify_s, tokens = policy_s + a.time_s, verify_s + a.verify_s, tokens + a.tokens
-    return {"attempts": len(seen), "policy_s": round(policy_s, 1), "verify_s": round(verify_s, 1),
-            "sampled_tokens": tokens}
-
-
 # ---- stages 3-5: warm start, GRPO, control ----------------------------------------------------------------
 def _hf_from_step(ckpt_dir: Path, step: int, out_dir: Path) -> None:
     from reterm_jax.convert import restore_model
@@ -186,35 +116,64 @@ def _hf_from_step(ckpt_dir: Path, step: int, out_dir: Path) -> None:
     copy_tokenizer_files(TINY_TOKENIZER_DIR, str(out_dir))
 
 
-def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, state: dict, save) -> Path:
-    """SFT to the largest candidate step (once), then each candidate scored on the validation slice
-    and, to break ties, on a slice of the train instances it learned from; the best is exported."""
-    from reterm_jax.convert import restore_model
+RESTART_WARMUP, RESTART_END_RATIO = 20, 0.3  # the second SFT phase's schedule (--sft_restart)
+
+
+def _sft_phase(out: Path, args, limits: dict, demos: Path, state: dict, save, *, init: Path | None = None) -> None:
+    """One SFT run: the first phase from random weights to the last --sft_candidates step, or (init
+    given) the --sft_restart phase from that checkpoint's weights with fresh Adam moments and a new
+    warmup + cosine schedule: a warm restart, another pass over the rows in another order."""
     from reterm_jax.train import sft
+    cfg = sft_config.get_config("tiny")
+    cfg.data.path, cfg.data.seq_len, cfg.data.overlong = str(demos), limits["sft_seq_len"], "drop"
+    cfg.train.export_hf, cfg.train.log_every, cfg.train.batch_size = False, 50, args.sft_batch
+    if init is None:
+        steps = sorted(int(c) for c in args.sft_candidates.split(","))
+        cfg.seed, name = args.seed, "sft"
+    else:
+        steps, lr = learning_report.parse_restart(args.sft_restart)
+        cfg.seed, name = args.seed + 1, "sft_restart"
+        cfg.model.hf_path, cfg.data.tokenizer = str(init), str(init)
+        cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.end_lr_ratio = lr, RESTART_WARMUP, RESTART_END_RATIO
+    cfg.train.steps = steps[-1]
+    every = math.gcd(*steps)
+    cfg.checkpoint.every, cfg.checkpoint.keep = every, steps[-1] // every + 1
+    t0 = time.time()
+    res = sft.train(cfg, str(out / name))
+    entry = {"steps": steps[-1], "batch_size": cfg.train.batch_size, "seq_len": cfg.data.seq_len,
+             "target_tokens": res["target_tokens"], "train_s": round(time.time() - t0),
+             "loss": {s: res["losses"][s] for s in steps if s in res["losses"]}}
+    if init is None:
+        state["sft"] = entry
+    else:
+        state["sft"]["restart"] = {**entry, "lr": cfg.optim.lr, "warmup_steps": RESTART_WARMUP,
+                                   "end_lr_ratio": RESTART_END_RATIO, "seed": cfg.seed}
+    _log(f"{name}: {steps[-1]} steps in {entry['train_s']} s; losses at the candidates {entry['loss']}")
+    save()  # a rerun must not redo (or lose the token count of) a finished SFT
+
+
+def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, state: dict, save) -> Path:
+    """SFT to the largest candidate step (once), optionally a warm-restarted second phase
+    (--sft_restart), then each candidate scored on the validation slice and, to break ties, on a
+    slice of the train instances it learned from; the best is exported."""
+    from reterm_jax.convert import restore_model
     hf = out / "warm_start_hf"
-    cands = sorted(int(c) for c in args.sft_candidates.split(","))
-    ckpt = out / "sft" / "checkpoints"
+    first = sorted(int(c) for c in args.sft_candidates.split(","))
+    restart, _ = learning_report.parse_restart(args.sft_restart)
+    cands = learning_report.candidate_steps(first, restart)
     if "target_tokens" not in state.get("sft", {}):
-        cfg = sft_config.get_config("tiny")
-        cfg.seed = args.seed
-        cfg.data.path, cfg.data.seq_len, cfg.data.overlong = str(demos), limits["sft_seq_len"], "drop"
-        cfg.train.steps, cfg.train.export_hf, cfg.train.log_every = cands[-1], False, 50
-        cfg.train.batch_size = args.sft_batch
-        every = math.gcd(*cands)
-        cfg.checkpoint.every, cfg.checkpoint.keep = every, cands[-1] // every + 1
-        t0 = time.time()
-        res = sft.train(cfg, str(out / "sft"))
-        state["sft"] = {"steps": cands[-1], "batch_size": cfg.train.batch_size, "seq_len": cfg.data.seq_len,
-                        "target_tokens": res["target_tokens"],
-                        "train_s": round(time.time() - t0),
-                        "loss": {s: res["losses"][s] for s in cands if s in res["losses"]}}
-        _log(f"SFT: {cands[-1]} steps in {state['sft']['train_s']} s; losses at the candidates {state['sft']['loss']}")
-        save()  # a rerun must not redo (or lose the token count of) a finished SFT
+        _sft_phase(out, args, limits, demos, state, save)
+    if restart and "restart" not in state["sft"]:
+        init = out / "sft_restart_init"
+        if not init.exists():
+            _hf_from_step(out / "sft" / "checkpoints", first[-1], init)
+        _sft_phase(out, args, limits, demos, state, save, init=init)
     if "chosen_step" not in state["sft"]:
         fit = dirs["train"][::max(1, len(dirs["train"]) // max(1, len(dirs["val"])))][:len(dirs["val"])]
         val_scores, fit_scores = {}, {}
-        for step in cands:
-            policy = model_policy(gcfg, model=restore_model(str(ckpt / str(step)), config_dir=str(ckpt)))
+        for step, (phase, local) in sorted(cands.items()):
+            ckpt = out / phase / "checkpoints"
+            policy = model_policy(gcfg, model=restore_model(str(ckpt / str(local)), config_dir=str(ckpt)))
             for name, tasks, scores in (("validation", dirs["val"], val_scores), ("train fit", fit, fit_scores)):
                 summary, _ = evaluate(policy, tasks, samples=1, jobs=args.jobs, protocols=(FAULT_RECOVERY,))
                 scores[step] = summary[FAULT_RECOVERY]["score"]
@@ -222,7 +181,8 @@ def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, sta
         chosen = learning_report.pick_warm_start(val_scores, fit_scores)
         state["sft"].update(val_scores=val_scores, fit_scores=fit_scores, chosen_step=chosen)
     if not hf.exists():
-        _hf_from_step(ckpt, state["sft"]["chosen_step"], hf)
+        phase, local = cands[int(state["sft"]["chosen_step"])]
+        _hf_from_step(out / phase / "checkpoints", local, hf)
     return hf
 
 
@@ -244,6 +204,15 @@ def run_grpo(out: Path, gcfg, warm: Path, state: dict) -> Path:
     return hf
 
 
+def _warm_start_final_lr(state: dict) -> float:
+    """The learning rate the warm start's SFT phase ended at (the control continues at it)."""
+    restart = state["sft"].get("restart")
+    if restart and int(state["sft"]["chosen_step"]) > state["sft"]["steps"]:
+        return restart["lr"] * restart["end_lr_ratio"]
+    base = sft_config.get_config("tiny").optim
+    return base.lr * base.end_lr_ratio
+
+
 def run_control(out: Path, args, limits: dict, demos: Path, warm: Path, state: dict) -> Path:
     """Continued SFT from the warm start for GRPO's loss-token count, at the SFT's final LR."""
     from reterm_jax.train import sft
@@ -257,13 +226,12 @@ def run_control(out: Path, args, limits: dict, demos: Path, warm: Path, state: d
         state["control"] = {"steps": 0, "target_tokens": 0.0}
         return hf
     cfg = sft_config.get_config("tiny")
-    cfg.seed = args.seed + 1  # another pass over the rows, not the warm start's order again
+    cfg.seed = args.seed + 2  # another pass over the rows, in neither SFT phase's order
     cfg.model.hf_path, cfg.data.tokenizer = str(warm), str(warm)
     cfg.data.path, cfg.data.seq_len, cfg.data.overlong = str(demos), limits["sft_seq_len"], "drop"
     cfg.train.steps, cfg.train.log_every = steps, 10
     cfg.train.batch_size = state["sft"].get("batch_size", 1)  # per_step counts the warm start's batches
-    base = sft_config.get_config("tiny").optim
-    cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.end_lr_ratio = base.lr * base.end_lr_ratio, 0, 1.0
+    cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.end_lr_ratio = _warm_start_final_lr(state), 0, 1.0
     cfg.checkpoint.every = steps
     res = sft.train(cfg, str(out / "control"))
     state["control"] = {"steps": steps, "target_tokens": res["target_tokens"], "lr": cfg.optim.lr}
@@ -285,6 +253,11 @@ def main() -> None:
     p.add_argument("--sft_candidates", default="400,800,1200", help="SFT steps scored on the validation slice")
     p.add_argument("--sft_batch", type=int, default=1,
                    help="packed rows per SFT step (run 3: 4 rows a step start copying the instance's values, 1 does not)")
+    p.add_argument("--sft_restart", default="", metavar="STEPS@LR",
+                   help="a second SFT phase after the last candidate: from its weights, fresh Adam, "
+                        f"{RESTART_WARMUP} warmup steps to this peak LR, cosine to {RESTART_END_RATIO}x; its "
+                        "checkpoints at these steps (counted on from the first phase) are candidates too, "
+                        "e.g. 1500,3000@1e-3 (run 6: where the tiny model learned to copy ports)")
     p.add_argument("--grpo_steps", type=int, default=20)
     p.add_argument("--families", default="all",
                    help="task families of every split (comma-separated names, or all); fix it before the run, "
@@ -307,6 +280,10 @@ def main() -> None:
         sys.exit(str(e))
     if args.sft_batch < 1:
         sys.exit(f"--sft_batch={args.sft_batch}: use 1 or more packed rows a step")
+    try:
+        learning_report.parse_restart(args.sft_restart)
+    except ValueError as e:
+        sys.exit(str(e))
     if args.faults_per_task < 0:
         sys.exit(f"--faults_per_task={args.faults_per_task}: use 0 (every fault kind) or a positive count")
     protocols = tuple(x.strip() for x in args.protocols.split(",") if x.strip())

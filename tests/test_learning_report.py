@@ -17,6 +17,18 @@ def test_pick_warm_start_best_then_earliest():
         lr.pick_warm_start({})
 
 
+def test_sft_restart_spec_and_candidates():
+    assert lr.parse_restart("") == ((), 0.0)
+    assert lr.parse_restart("3000,1500@1e-3") == ((1500, 3000), 1e-3)
+    for bad in ("1500,3000", "1500@", "@1e-3", "0,1500@1e-3", "a@1e-3", "1500@-1", "1500@0"):
+        with pytest.raises(ValueError, match="--sft_restart"):
+            lr.parse_restart(bad)
+    # the second phase's steps count on from the first phase's last candidate
+    assert lr.candidate_steps([3000, 2000], (1500, 3000)) == {
+        2000: ("sft", 2000), 3000: ("sft", 3000), 4500: ("sft_restart", 1500), 6000: ("sft_restart", 3000)}
+    assert lr.candidate_steps([400], ()) == {400: ("sft", 400)}
+
+
 def test_limits_cover_the_longest_row_and_recovery():
     row = {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "task"},
                         {"role": "assistant", "content": "", "tool_calls": [{"name": "bash"}]},

@@ -1,6 +1,7 @@
 """The learning run's bookkeeping (bench/learning_run.py): pure functions over evaluation summaries.
 
     pick_warm_start   the SFT candidate a validation slice of the train split prefers
+    parse_restart     --sft_restart OFFSETS@LR (a second, warm-restarted SFT phase); candidate_steps
     run_limits        rollout/row limits that cover the demonstration rows (longest_run: a row's longest turn)
     result            the result.json object (held-out scores, paired gains with bootstrap CIs)
     plot              learning.png: reward per GRPO step, the three evaluations with intervals
@@ -28,6 +29,31 @@ def pick_warm_start(val_scores: dict[int, float], fit_scores: dict[int, float] |
         best_fit = max(fit_scores[step] for step in tied)
         tied = [step for step in tied if fit_scores[step] == best_fit]
     return min(tied)
+
+
+def parse_restart(spec: str) -> tuple[tuple[int, ...], float]:
+    """`--sft_restart OFFSETS@LR` (e.g. "1500,3000@1e-3"): the candidate steps of a second SFT phase,
+    counted from the first phase's last step, and its peak learning rate. Empty: no second phase."""
+    if not spec:
+        return (), 0.0
+    steps, sep, lr = spec.partition("@")
+    try:
+        offsets = tuple(sorted(int(x) for x in steps.split(",") if x.strip()))
+        peak = float(lr)
+    except ValueError:
+        offsets, peak = (), 0.0
+    if not sep or not offsets or offsets[0] <= 0 or not peak > 0:
+        raise ValueError(f"--sft_restart={spec!r}: give positive steps and a peak LR, e.g. 1500,3000@1e-3")
+    return offsets, peak
+
+
+def candidate_steps(first: list[int], restart: tuple[int, ...]) -> dict[int, tuple[str, int]]:
+    """Total SFT step -> (phase, step within that phase's run): the first phase's candidates, then
+    the second phase's, counted on from the first phase's last step."""
+    first = sorted(first)
+    out = {s: ("sft", s) for s in first}
+    out.update({first[-1] + o: ("sft_restart", o) for o in restart})
+    return out
 
 
 def recovery_calls(row: dict) -> int:

@@ -1,0 +1,79 @@
+"""The learning run's policies and evaluation (bench/learning_run.py): the model through the bash
+harness as GRPO samples it, and the held-out / validation protocols on a pool of sandboxes."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from reterm_jax.rl import evaluation
+
+FAULT_RECOVERY = "fault-recovery"
+
+
+def model_policy(gcfg, hf_dir: str = "", *, model=None, seed: int = 12345):
+    """The model (an HF dir, or a restored model) through the bash harness, sampled as GRPO
+    samples, under the GRPO rollout limits. The seed is the same for every policy: trial keys
+    then depend on (task, sample, attempt) alone (rl/policies.py::trial_key)."""
+    from reterm_jax.data import load_tokenizer, special_ids
+    from reterm_jax.model.hf_io import load_pretrained
+    from reterm_jax.rl.harness import Limits
+    from reterm_jax.rl.policies import ModelPolicy
+    from reterm_jax.rl.sampler import Sampler
+    from reterm_jax.rl.sampling import SamplingParams
+    tok = load_tokenizer(hf_dir) if hf_dir else load_tokenizer()
+    ids = special_ids(tok)
+    model = model if model is not None else load_pretrained(hf_dir)
+    sampler = Sampler(model, stop_ids=ids.stop, pad_id=ids.pad, max_length=gcfg.rollout.cache_length)
+    r = gcfg.rollout
+    limits = Limits(max_turns=r.max_turns, max_tokens=r.max_tokens, max_new_tokens_per_turn=r.max_new_tokens_per_turn,
+                    wall_clock_s=r.wall_clock_s, command_timeout_s=r.command_timeout_s)
+    return ModelPolicy(sampler, tok, limits, SamplingParams(temperature=r.temperature), seed=seed)
+
+
+def evaluate(policy, dirs: list[Path], *, samples: int, jobs: int, protocols: tuple[str, ...]) -> tuple[dict, list]:
+    """(summary, trials): shared_first_attempt (pass@1, retry@2, recovery@2) and/or fault-recovery,
+    `samples` per task, on a SandboxPool of `jobs` sandboxes' worth of trials at once."""
+    from reterm_jax.rl.policies import fault_then
+    from reterm_jax.sandbox import DockerSandbox, SandboxPool, load_task, verify
+    kw = dict(sandbox_factory=DockerSandbox.from_task, verify_fn=verify)
+    jobs_list = [(d, p, s) for d in dirs for p in protocols for s in range(samples)]
+
+    def run(job):
+        d, protocol, sample = job
+        task = load_task(d)
+        start = time.monotonic()
+        if protocol == FAULT_RECOVERY:
+            trials = [evaluation.recovery_at_k(fault_then(policy), task, k=2, sample=sample, **kw)]
+            trials[0].protocol = FAULT_RECOVERY
+        else:
+            trials = evaluation.shared_first_attempt(policy, task, sample=sample, **kw)
+        for t in trials:
+            t.wall_s = time.monotonic() - start
+        return trials
+
+    with SandboxPool(max_concurrency=jobs) as pool:
+        outcomes = [f.result() for f in [pool.submit(run, job) for job in jobs_list]]
+    trials = []
+    for (d, protocol, sample), o in zip(jobs_list, outcomes):
+        if o.ok:
+            trials.extend(o.value)
+        else:  # counts as unresolved, the error kept
+            names = [FAULT_RECOVERY] if protocol == FAULT_RECOVERY else list(evaluation.PROTOCOLS)
+            trials.extend(evaluation.Trial(d.name, p, sample, error=o.error) for p in names)
+    summary = evaluation.summarize([t for t in trials if t.protocol != FAULT_RECOVERY], 2)
+    fault = [t for t in trials if t.protocol == FAULT_RECOVERY]
+    if fault:
+        summary[FAULT_RECOVERY] = evaluation.fault_recovery_summary(fault)
+    return summary, trials
+
+
+def time_split(trials: list) -> dict:
+    """Where an evaluation's time went, summed over its trials' distinct attempts."""
+    seen, policy_s, verify_s, tokens = set(), 0.0, 0.0, 0
+    for t in trials:
+        for a in t.attempts:
+            if id(a) not in seen:  # a shared first attempt counts once
+                seen.add(id(a))
+                policy_s, verify_s, tokens = policy_s + a.time_s, verify_s + a.verify_s, tokens + a.tokens
+    return {"attempts": len(seen), "policy_s": round(policy_s, 1), "verify_s": round(verify_s, 1),
+            "sampled_tokens": tokens}
