@@ -157,6 +157,45 @@ def test_seeding_from_fault_commands_banks_the_scripted_failure_once(bank, task_
         RecoveryConfig(engine="slots")
 
 
+def test_seeding_many_tasks_is_bounded_by_the_bank_and_collect_batch(tmp_path, sampler, tok, docker_client):
+    """Seeding from more tasks than the bank holds banks only what fits (a seeded sample), with
+    collect_batch sandboxes at a time: it used to start one per task at once (960 on 2 cores)."""
+    import threading
+
+    from reterm_jax.sandbox import verify
+    from reterm_jax.tasks.generate import generate, parse_families
+    dirs = generate(parse_families("ini-retarget"), "train", 5, seed=3, out=tmp_path / "tasks")
+    tasks = [load_task(d) for d in dirs]
+    busy, peak, lock = [0], [0], threading.Lock()
+
+    def counting_verify(sandbox, task, snapshot=None, in_place=False):
+        with lock:
+            busy[0] += 1
+            peak[0] = max(peak[0], busy[0])
+        try:
+            return verify(sandbox, task, snapshot=snapshot, in_place=in_place)
+        finally:
+            with lock:
+                busy[0] -= 1
+
+    bank = FailureBank(tmp_path / "bank", max_entries=3)
+    try:
+        cfg = RecoveryConfig(group_size=2, limits=Limits.tiny(), failures_from="fault_commands", collect_batch=1)
+        producer = RecoveryProducer(bank, tasks, sampler, tok, cfg, verify_fn=counting_verify)
+        assert producer.seed_from_faults() == 3 and len(bank) == 3
+        assert peak[0] == 1  # one sandbox at a time (collect_batch=1)
+        assert producer.seed_from_faults() == 0 and len(bank) == 3  # no room left: nothing runs
+        banked = sorted(bank.get(e).task_name for e in bank.entry_ids())
+        again = FailureBank(tmp_path / "bank2", max_entries=3)
+        try:  # the sample is seeded: the same tasks again
+            RecoveryProducer(again, tasks, sampler, tok, cfg).seed_from_faults()
+            assert sorted(again.get(e).task_name for e in again.entry_ids()) == banked
+        finally:
+            again.destroy()
+    finally:
+        bank.destroy()
+
+
 def test_prefetch_branches_the_next_group_while_this_one_runs(bank, task_path, sampler, tok, docker_client,
                                                               monkeypatch):
     """prefetch=True: a group draws the next entry and starts its G branches before its own attempts;

@@ -194,12 +194,14 @@ def call_outcome(fn, item):
         return Outcome(item, error=f"{type(e).__name__}: {e}", duration_s=time.monotonic() - start)
 
 
-def _thread_map(fn, items) -> list:
+def _thread_map(fn, items, max_workers: int = 0) -> list:
     """SandboxPool.map's contract (an Outcome per item, never raising) on plain threads, for
-    callers without a pool (a SandboxPool reaps Docker leftovers on creation, so it needs Docker)."""
+    callers without a pool (a SandboxPool reaps Docker leftovers on creation, so it needs Docker).
+    All items at once (a group's G sandboxes), or at most max_workers at a time."""
     if not items:
         return []
-    with ThreadPoolExecutor(max_workers=len(items), thread_name_prefix="reterm-rollout") as ex:
+    workers = min(len(items), max_workers) if max_workers > 0 else len(items)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="reterm-rollout") as ex:
         return list(ex.map(lambda item: call_outcome(fn, item), items))
 
 
