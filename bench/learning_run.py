@@ -2,7 +2,7 @@
 
     python bench/learning_run.py --out runs/learning [--train 48] [--val 16] [--heldout 64] [--samples 4]
         [--sft_candidates 400,800,1200] [--grpo_steps 20] [--jobs 3] [--families all|NAME,...]
-        [--faults_per_task N] [--sft_batch B] [--sft_restart STEPS@LR] [--stop_after_warm_start]
+        [--faults_per_task N] [--sft_batch B] [--sft_restart STEPS@LR] [--grpo_train N] [--stop_after_warm_start]
         [--set rollout.group_size=8 ...]
 
 Stages (each one's output is reused when it is there: rerun the same command to resume):
@@ -11,11 +11,14 @@ Stages (each one's output is reused when it is there: rerun the same command to 
  2. OUT/demos.jsonl: teacher recovery rows of the train instances (reterm_jax.tasks demos).
  3. OUT/sft: configs/sft.py:tiny on those rows, seq_len = the longest row (none truncated),
     checkpoints at each --sft_candidates step; each candidate is scored on `val` (recovery from
-    the scripted fault, 1 sample per task) and the best, ties to the earliest, is the warm start,
+    the scripted fault, 1 sample per task); by --warm_start_rule (signal: the score nearest 0.5
+    among those that recover; best: the highest), ties to the earliest, one is the warm start,
     exported to OUT/warm_start_hf. --sft_restart adds a second phase (OUT/sft_restart) from the
-    last candidate's weights with a new schedule, whose checkpoints are candidates too. The held-out split plays no part in any choice.
- 4. OUT/grpo: configs/grpo.py:tiny on the train instances from the warm start (failure bank from
-    their scripted faults, rollout limits covering the longest demonstration) -> OUT/grpo_hf.
+    last candidate's weights with a new schedule, whose checkpoints are candidates too. The
+    held-out split plays no part in any choice.
+ 4. OUT/grpo: configs/grpo.py:tiny from the warm start on the train instances (--grpo_train N:
+    on N other train-split instances, OUT/tasks/grpo, that no demonstration showed); failure bank
+    from their scripted faults, rollout limits covering the longest demonstration -> OUT/grpo_hf.
  5. OUT/control: continued SFT from the warm start on the same rows for as many loss tokens as
     GRPO's updates trained on (compute-matched control) -> OUT/control_hf.
  6. Held-out evaluation of the three HF dirs with the same per-trial keys: pass@1, retry@2 and
@@ -76,6 +79,8 @@ def make_tasks(out: Path, args) -> dict[str, list[Path]]:
     families = parse_families(args.families)
     spec = {"train": ("train", args.train, args.seed), "val": ("train", args.val, args.seed + 1000),
             "heldout": ("heldout", args.heldout, args.seed)}
+    if args.grpo_train:  # train-split instances no demonstration showed: GRPO's tasks
+        spec["grpo"] = ("train", args.grpo_train, args.seed + 2000)
     for name, (split, count, seed) in spec.items():
         if len(_dirs(out, name)) != count:  # same arguments, same bytes: regenerating is safe
             generate(families, split, count, seed, out / "tasks" / name, overwrite=True)
@@ -168,7 +173,7 @@ def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, sta
         if not init.exists():
             _hf_from_step(out / "sft" / "checkpoints", first[-1], init)
         _sft_phase(out, args, limits, demos, state, save, init=init)
-    if "chosen_step" not in state["sft"]:
+    if "val_scores" not in state["sft"]:
         fit = dirs["train"][::max(1, len(dirs["train"]) // max(1, len(dirs["val"])))][:len(dirs["val"])]
         val_scores, fit_scores = {}, {}
         for step, (phase, local) in sorted(cands.items()):
@@ -178,8 +183,15 @@ def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, sta
                 summary, _ = evaluate(policy, tasks, samples=1, jobs=args.jobs, protocols=(FAULT_RECOVERY,))
                 scores[step] = summary[FAULT_RECOVERY]["score"]
                 _log(f"{name} ({len(tasks)} tasks): SFT step {step}: fault-recovery {scores[step]:.3f}")
-        chosen = learning_report.pick_warm_start(val_scores, fit_scores)
-        state["sft"].update(val_scores=val_scores, fit_scores=fit_scores, chosen_step=chosen)
+        state["sft"].update(val_scores=val_scores, fit_scores=fit_scores)
+    if state["sft"].get("chosen_step") is None or state["sft"].get("rule", "best") != args.warm_start_rule:
+        as_int = lambda d: {int(k): v for k, v in d.items()}  # noqa: E731 - JSON keys are strings
+        chosen = learning_report.pick_warm_start(as_int(state["sft"]["val_scores"]), as_int(state["sft"]["fit_scores"]),
+                                                 rule=args.warm_start_rule)
+        if state["sft"].get("chosen_step") is not None and int(state["sft"]["chosen_step"]) != chosen:
+            shutil.rmtree(hf, ignore_errors=True)  # picked by another rule: export the new choice
+        state["sft"].update(chosen_step=chosen, rule=args.warm_start_rule)
+        _log(f"warm start: SFT step {chosen} (rule {args.warm_start_rule}; validation {state['sft']['val_scores']})")
     if not hf.exists():
         phase, local = cands[int(state["sft"]["chosen_step"])]
         _hf_from_step(out / phase / "checkpoints", local, hf)
@@ -204,17 +216,26 @@ def run_grpo(out: Path, gcfg, warm: Path, state: dict) -> Path:
     return hf
 
 
-def _warm_start_final_lr(state: dict) -> float:
-    """The learning rate the warm start's SFT phase ended at (the control continues at it)."""
-    restart = state["sft"].get("restart")
-    if restart and int(state["sft"]["chosen_step"]) > state["sft"]["steps"]:
-        return restart["lr"] * restart["end_lr_ratio"]
+def _warm_start_lr(state: dict) -> float:
+    """The learning rate of the SFT schedule at the warm start's step (the control continues at it)."""
+    import ml_collections
+
+    from reterm_jax.train.optimizer import lr_schedule
+    chosen, restart = int(state["sft"]["chosen_step"]), state["sft"].get("restart")
     base = sft_config.get_config("tiny").optim
-    return base.lr * base.end_lr_ratio
+    if restart and chosen > state["sft"]["steps"]:
+        opt = dict(lr=restart["lr"], warmup_steps=restart["warmup_steps"], end_lr_ratio=restart["end_lr_ratio"],
+                   decay_steps=restart["steps"])
+        step = chosen - state["sft"]["steps"]
+    else:
+        opt = dict(lr=base.lr, warmup_steps=base.warmup_steps, end_lr_ratio=base.end_lr_ratio,
+                   decay_steps=state["sft"]["steps"])
+        step = chosen
+    return float(lr_schedule(ml_collections.ConfigDict(opt))(step))
 
 
 def run_control(out: Path, args, limits: dict, demos: Path, warm: Path, state: dict) -> Path:
-    """Continued SFT from the warm start for GRPO's loss-token count, at the SFT's final LR."""
+    """Continued SFT from the warm start for GRPO's loss-token count, at the LR the SFT had there."""
     from reterm_jax.train import sft
     hf = out / "control_hf"
     if hf.exists() and "control" in state:
@@ -231,7 +252,7 @@ def run_control(out: Path, args, limits: dict, demos: Path, warm: Path, state: d
     cfg.data.path, cfg.data.seq_len, cfg.data.overlong = str(demos), limits["sft_seq_len"], "drop"
     cfg.train.steps, cfg.train.log_every = steps, 10
     cfg.train.batch_size = state["sft"].get("batch_size", 1)  # per_step counts the warm start's batches
-    cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.end_lr_ratio = _warm_start_final_lr(state), 0, 1.0
+    cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.end_lr_ratio = _warm_start_lr(state), 0, 1.0
     cfg.checkpoint.every = steps
     res = sft.train(cfg, str(out / "control"))
     state["control"] = {"steps": steps, "target_tokens": res["target_tokens"], "lr": cfg.optim.lr}
@@ -258,7 +279,14 @@ def main() -> None:
                         f"{RESTART_WARMUP} warmup steps to this peak LR, cosine to {RESTART_END_RATIO}x; its "
                         "checkpoints at these steps (counted on from the first phase) are candidates too, "
                         "e.g. 1500,3000@1e-3 (run 6: where the tiny model learned to copy ports)")
+    p.add_argument("--warm_start_rule", default="signal", choices=learning_report.WARM_START_RULES,
+                   help="which SFT candidate starts GRPO, by its validation score: signal = nearest 0.5 among "
+                        "those that recover (GRPO's groups then disagree), best = the highest")
     p.add_argument("--grpo_steps", type=int, default=20)
+    p.add_argument("--grpo_train", type=int, default=0,
+                   help="GRPO on this many train-split instances (seed + 2000) that no demonstration showed, "
+                        "not on the SFT's own (run 6: a warm start that memorised those passes 4/4 in "
+                        "nearly every group: no signal); 0 = the SFT's train instances")
     p.add_argument("--families", default="all",
                    help="task families of every split (comma-separated names, or all); fix it before the run, "
                         "never from held-out scores")
@@ -278,6 +306,8 @@ def main() -> None:
         parse_families(args.families)
     except ValueError as e:
         sys.exit(str(e))
+    if args.grpo_train < 0:
+        sys.exit(f"--grpo_train={args.grpo_train}: use 0 (the SFT's train instances) or a positive count")
     if args.sft_batch < 1:
         sys.exit(f"--sft_batch={args.sft_batch}: use 1 or more packed rows a step")
     try:
@@ -310,7 +340,7 @@ def main() -> None:
 
     gcfg = grpo_config.get_config("tiny")
     gcfg.seed = args.seed
-    gcfg.env.tasks = str(out / "tasks" / "train" / "*")
+    gcfg.env.tasks = str(out / "tasks" / ("grpo" if args.grpo_train else "train") / "*")
     gcfg.train.steps = args.grpo_steps
     r = gcfg.rollout
     r.max_turns, r.max_tokens, r.cache_length = limits["max_turns"], limits["max_tokens"], limits["cache_length"]

@@ -17,6 +17,17 @@ def test_pick_warm_start_best_then_earliest():
         lr.pick_warm_start({})
 
 
+def test_pick_warm_start_for_signal_prefers_a_score_near_one_half():
+    scores = {2000: 0.0, 3000: 0.0, 4500: 0.4375, 6000: 0.875}  # run 6's validation scores
+    assert lr.pick_warm_start(scores) == 6000
+    assert lr.pick_warm_start(scores, rule="signal") == 4500
+    assert lr.pick_warm_start({400: 0.25, 800: 0.75}, {400: 0.1, 800: 0.2}, rule="signal") == 800  # tie: fit
+    assert lr.pick_warm_start({400: 0.0, 800: 0.0}, rule="signal") == 400  # nothing recovers: as "best"
+    assert lr.pick_warm_start({400: 0.0, 800: 1.0}, rule="signal") == 800  # only candidate that recovers
+    with pytest.raises(ValueError, match="rule"):
+        lr.pick_warm_start({400: 0.5}, rule="median")
+
+
 def test_sft_restart_spec_and_candidates():
     assert lr.parse_restart("") == ((), 0.0)
     assert lr.parse_restart("3000,1500@1e-3") == ((1500, 3000), 1e-3)

@@ -16,15 +16,28 @@ POLICIES = ("warm_start", "grpo", "control")
 HEADLINE = "recovery@2"
 
 
-def pick_warm_start(val_scores: dict[int, float], fit_scores: dict[int, float] | None = None) -> int:
-    """The SFT step whose validation score (mean verified recovery rate over validation tasks)
-    is highest; among ties, the best `fit_scores` (the same score on train instances it learned
-    from: a warm start that at least reproduces its training gives GRPO's groups on train tasks a
-    chance of signal); then the earliest step (less memorised)."""
+WARM_START_RULES = ("best", "signal")
+
+
+def pick_warm_start(val_scores: dict[int, float], fit_scores: dict[int, float] | None = None,
+                    rule: str = "best") -> int:
+    """The SFT step to start GRPO from, by the validation scores (mean verified recovery rate
+    over validation tasks). rule "best": the highest score; "signal": the score nearest 0.5,
+    i.e. the largest p(1 - p), which is what makes a group of attempts disagree (GRPO's signal:
+    a warm start that passes nearly everything leaves every group all-pass, run 6), among
+    candidates that recover at all. Ties: the better `fit_scores` (the same score on train
+    instances it learned from; a warm start that reproduces its training gives GRPO's groups on
+    train tasks a chance of signal), then the earliest step (less memorised)."""
     if not val_scores:
         raise ValueError("pick_warm_start: no candidate was scored")
-    best = max(val_scores.values())
-    tied = [step for step, score in val_scores.items() if score == best]
+    if rule not in WARM_START_RULES:
+        raise ValueError(f"warm-start rule {rule!r}: use one of {WARM_START_RULES}")
+    if rule == "signal" and any(v > 0 for v in val_scores.values()):
+        key = {step: score * (1 - score) for step, score in val_scores.items() if score > 0}
+    else:
+        key = dict(val_scores)
+    best = max(key.values())
+    tied = [step for step, k in key.items() if k == best]
     if fit_scores:
         best_fit = max(fit_scores[step] for step in tied)
         tied = [step for step in tied if fit_scores[step] == best_fit]
