@@ -160,7 +160,7 @@ def _sft_phase(out: Path, args, limits: dict, demos: Path, state: dict, save, *,
 def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, state: dict, save) -> Path:
     """SFT to the largest candidate step (once), optionally a warm-restarted second phase
     (--sft_restart), then each candidate scored on the validation slice and, to break ties, on a
-    slice of the train instances it learned from; the best is exported."""
+    slice of the train instances it learned from; the one --warm_start_rule picks is exported."""
     from reterm_jax.convert import restore_model
     hf = out / "warm_start_hf"
     first = sorted(int(c) for c in args.sft_candidates.split(","))
@@ -189,6 +189,11 @@ def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, sta
         chosen = learning_report.pick_warm_start(as_int(state["sft"]["val_scores"]), as_int(state["sft"]["fit_scores"]),
                                                  rule=args.warm_start_rule)
         if state["sft"].get("chosen_step") is not None and int(state["sft"]["chosen_step"]) != chosen:
+            later = [k for k in ("grpo", "control") if k in state]
+            if later:  # they started from the other warm start: never mix the two
+                sys.exit(f"--warm_start_rule={args.warm_start_rule} picks SFT step {chosen}, but {' and '.join(later)} "
+                         f"ran from step {state['sft']['chosen_step']} (rule {state['sft'].get('rule', 'best')}): "
+                         f"use that rule, or a new --out")
             shutil.rmtree(hf, ignore_errors=True)  # picked by another rule: export the new choice
         state["sft"].update(chosen_step=chosen, rule=args.warm_start_rule)
         _log(f"warm start: SFT step {chosen} (rule {args.warm_start_rule}; validation {state['sft']['val_scores']})")
