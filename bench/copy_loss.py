@@ -73,14 +73,6 @@ def value_spans(tokens: np.ndarray, loss_mask: np.ndarray, values: list[str], to
     return spans
 
 
-def value_mask(tokens: np.ndarray, loss_mask: np.ndarray, values: list[str], tokenizer) -> np.ndarray:
-    """True at target tokens whose characters overlap an occurrence of a value in the decoded text."""
-    mask = np.zeros(len(tokens), bool)
-    for _, idx in value_spans(tokens, loss_mask, values, tokenizer):
-        mask[idx] = True
-    return mask
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ckpt", required=True, help="an SFT run's checkpoints dir (holds config.json and STEP/)")

@@ -174,8 +174,10 @@ class RecoveryProducer:
         self._prefetcher = None   # its thread (made on first use)
 
     # ---- helpers ----------------------------------------------------------------------------------
-    def _map(self, fn, items) -> list:
-        return self.pool.map(fn, items) if self.pool is not None else _thread_map(fn, items)
+    def _map(self, fn, items, max_workers: int = 0) -> list:
+        """Outcomes of fn over items: on the pool (its own bound), else on threads, all at once or
+        at most max_workers at a time."""
+        return self.pool.map(fn, items) if self.pool is not None else _thread_map(fn, items, max_workers)
 
     def _verify_for_bank(self, sandbox, task):
         """(VerifyResult, the bank snapshot it ran on or None): the state is committed once, as
@@ -334,8 +336,7 @@ class RecoveryProducer:
                     if snap is not None:
                         snap.release()
         added = 0
-        jobs = self.pool.map(one, todo) if self.pool is not None else _thread_map(one, todo, self.cfg.collect_batch)
-        for task, outcome in zip(todo, jobs):
+        for task, outcome in zip(todo, self._map(one, todo, max_workers=self.cfg.collect_batch)):
             if outcome.ok:
                 added += outcome.value
             else:
