@@ -3,6 +3,7 @@ held-out values from disjoint pools, every family and fault kind, valid Harbor t
 from __future__ import annotations
 
 import filecmp
+import re
 import tomllib
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from reterm_jax.sandbox import load_task
 from reterm_jax.tasks.__main__ import main as cli
 from reterm_jax.tasks.families import FAMILIES
 from reterm_jax.tasks.generate import generate, parse_families
-from reterm_jax.tasks.pools import POOLS, SPLITS, part
+from reterm_jax.tasks.pools import POOLS, SPLITS, is_novel, part
 
 ALL = list(FAMILIES.values())
 COUNT = 3 * len(ALL)  # every family with each of its three fault kinds
@@ -67,11 +68,33 @@ def test_every_value_comes_from_its_splits_pool(splits):
             assert meta["split"] == split
             for pool, value in meta["params"].items():
                 values = value if isinstance(value, list) else [value]
-                allowed = set(part(pool, split))
-                assert set(values) <= allowed, f"{d.name}: {pool}={values} not in its {split} pool"
+                if split == "novel":  # made-up words (in no pool), train-part numbers
+                    assert all(is_novel(pool, v) for v in values), f"{d.name}: {pool}={values} not novel"
+                else:
+                    allowed = set(part(pool, split))
+                    assert set(values) <= allowed, f"{d.name}: {pool}={values} not in its {split} pool"
                 used[split].setdefault(pool, set()).update(values)
     for pool in used["train"]:
         assert not used["train"][pool] & used["heldout"].get(pool, set()), pool
+        assert not used["novel"][pool] & used["heldout"].get(pool, set()), pool
+
+
+def test_novel_words_are_made_up_shaped_like_train_items_and_seeded():
+    import random
+
+    from reterm_jax.tasks.pools import novel_word, pick
+    every = {str(x) for items in POOLS.values() for x in items}
+    for pool in ("host", "section", "domain", "report"):
+        words = [novel_word(random.Random(i), pool) for i in range(200)]
+        assert not set(words) & every, pool
+        assert len(set(words)) > 150, pool  # fresh words, not a small pool in disguise
+        shapes = {re.sub(r"[a-z]+", "a", w) for w in part(pool, "train")}
+        assert all(re.sub(r"[a-z]+", "a", w) in shapes for w in words), pool
+    assert pick(random.Random(3), "host", "novel", k=4) == pick(random.Random(3), "host", "novel", k=4)
+    assert len(set(pick(random.Random(3), "section", "novel", k=3))) == 3
+    assert set(pick(random.Random(3), "port", "novel", k=4)) <= set(part("port", "train"))
+    with pytest.raises(ValueError, match="makes novel words up"):
+        part("host", "novel")
 
 
 def test_instances_cover_every_family_and_kind_and_load(splits):

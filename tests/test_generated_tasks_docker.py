@@ -1,5 +1,5 @@
 """Generated tasks in real Docker: one instance of every family (the fault kinds rotate),
-from the held-out split, passes the same check as the bundled recovery tasks: oracle 1,
+from the held-out split and from the novel split (made-up names), passes the same check as the bundled recovery tasks: oracle 1,
 untouched 0, fault alone 0, fault then oracle 1."""
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ from reterm_jax.tasks.generate import generate
 pytestmark = pytest.mark.docker
 
 
-def test_one_instance_per_family_passes_check(docker_client, tmp_path):
+@pytest.mark.parametrize("split,shift", [("heldout", 0), ("novel", 1)])
+def test_one_instance_per_family_passes_check(docker_client, tmp_path, split, shift):
     families = list(FAMILIES.values())
-    dirs = generate(families, "heldout", 3 * len(families), seed=3, out=tmp_path)
-    # instance i is family i mod F with kind i div F: take family f's instance of kind f mod 3
-    picked = [dirs[(f % 3) * len(families) + f] for f in range(len(families))]
+    dirs = generate(families, split, 3 * len(families), seed=3, out=tmp_path)
+    # instance i is family i mod F with kind i div F: take family f's instance of kind (f + shift) mod 3
+    picked = [dirs[((f + shift) % 3) * len(families) + f] for f in range(len(families))]
     rows = check_tasks([str(d) for d in picked], jobs=2)
     bad = [f"{r.task}: oracle={r.oracle_reward} untouched={r.untouched_reward} fault={r.fault_reward} "
            f"fault+oracle={r.recovered_reward} {r.problem}" for r in rows if not r.ok]
@@ -47,6 +48,8 @@ def test_demonstrations_of_a_train_instance(docker_client, tmp_path):
     faults = {json.loads(r["messages"][2]["tool_calls"][0]["function"]["arguments"])["command"] for r in rows}
     assert len(faults) == 3  # the three fault kinds, each run for real as attempt 1
     (held,) = generate([FAMILIES["ini-retarget"]], "heldout", 1, seed=5, out=tmp_path / "heldout")
-    with pytest.raises(ValueError, match="not from the train split"):
+    with pytest.raises(ValueError, match="not from a training split"):
         build_demos([str(held)], tmp_path / "no.jsonl")
     assert not (tmp_path / "no.jsonl").exists()
+    (novel,) = generate([FAMILIES["ini-retarget"]], "novel", 1, seed=5, out=tmp_path / "novel")
+    assert build_demos([str(novel)], tmp_path / "novel.jsonl", jobs=2, faults_per_task=1) == 2

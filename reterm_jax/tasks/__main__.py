@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     g = sub.add_parser("generate", help="write generated task directories")
     g.add_argument("--families", default="all", help=f"'all' or a comma list of: {', '.join(FAMILIES)}")
     g.add_argument("--split", required=True, choices=SPLITS,
-                   help="train or heldout: the two draw their values from disjoint pools")
+                   help="train or heldout (disjoint pools), or novel: made-up names, train-part numbers (training only)")
     g.add_argument("--count", type=int, required=True, help="instances in all, spread evenly over the families")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--out", required=True, help="directory the task directories are written into")

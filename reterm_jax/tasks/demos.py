@@ -19,6 +19,7 @@ from pathlib import Path
 from reterm_jax.assets.build_demo_dataset import LOOK_AROUND, rows_for_task
 from reterm_jax.data.schema import validate_rows
 from reterm_jax.sandbox import SandboxPool, load_task
+from reterm_jax.tasks.pools import TRAINING_SPLITS
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +61,10 @@ def build_demos(task_dirs: list[str], out: str | Path, jobs: int = 2, faults_per
     """Write the demonstration rows of `task_dirs` to `out` (JSONL); returns the row count.
     faults_per_task: demonstrate this many of each instance's fault kinds (0 = all; `chosen_faults`):
     more instances for the same Docker time, i.e. more distinct values to copy."""
-    heldout = [d for d in task_dirs if generator_meta(d)["split"] != "train"]
+    heldout = [d for d in task_dirs if generator_meta(d)["split"] not in TRAINING_SPLITS]
     if heldout:
-        raise ValueError(f"{len(heldout)} task(s) are not from the train split (e.g. {heldout[0]}); "
-                         "demonstrations are for training: pass train-split tasks only")
+        raise ValueError(f"{len(heldout)} task(s) are not from a training split (e.g. {heldout[0]}); "
+                         f"demonstrations are for training: pass {' or '.join(TRAINING_SPLITS)}-split tasks only")
     with SandboxPool(max_concurrency=jobs) as pool:
         outcomes = pool.map(functools.partial(task_rows, faults_per_task=faults_per_task), task_dirs)
     rows = []

@@ -5,13 +5,22 @@ these pools, through `pick(rng, pool, split)`. An item belongs to exactly one sp
 by a hash of the pool's name and the item, so the two splits never share a value and a
 command memorised on a train instance names paths and values no held-out instance has.
 About a third of each pool is held out.
+
+A third split, `novel`, is for training too: its words are made up afresh for each instance
+(syllables shaped like a train item, e.g. `db-east` -> `vo-kalu`, never an item of any pool), its
+numbers come from the train part. A fix on a novel instance can only be right by copying the
+names from the instruction or an observation, never by recalling a pool word: SFT rows that teach
+copying, and a validation slice that measures copying of names never seen without touching the
+held-out pools (docs/learning.md, run 7).
 """
 from __future__ import annotations
 
 import hashlib
 import random
+import re
 
-SPLITS = ("train", "heldout")
+SPLITS = ("train", "heldout", "novel")
+TRAINING_SPLITS = ("train", "novel")  # demonstrations and validation may use these; never heldout
 HELDOUT_SHARE = 3  # one item in HELDOUT_SHARE (by hash) is held out
 
 
@@ -59,16 +68,26 @@ POOLS: dict[str, tuple] = {
 }
 
 
+def is_numeric(pool: str) -> bool:
+    return isinstance(POOLS[pool][0], int)
+
+
 def in_split(pool: str, item, split: str) -> bool:
+    """Whether `item` (a pool item) belongs to `split`'s part; a novel split's words are in no pool."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}: use one of {', '.join(SPLITS)}")
+    if split == "novel":
+        return is_numeric(pool) and in_split(pool, item, "train")
     digest = hashlib.sha256(f"{pool}\0{item}".encode()).digest()
     heldout = int.from_bytes(digest[:4], "big") % HELDOUT_SHARE == 0
     return heldout == (split == "heldout")
 
 
 def part(pool: str, split: str) -> tuple:
-    """The items of `pool` that belong to `split` (in pool order)."""
+    """The items of `pool` that belong to `split` (in pool order); a novel split's word pools have
+    no items (`pick` makes its words up)."""
+    if split == "novel" and not is_numeric(pool):
+        raise ValueError(f"pool {pool!r} has no novel items: pick() makes novel words up")
     items = tuple(x for x in POOLS[pool] if in_split(pool, x, split))
     if not items:
         raise ValueError(f"pool {pool!r} has no {split} items; add items to POOLS[{pool!r}]")
@@ -77,9 +96,48 @@ def part(pool: str, split: str) -> tuple:
 
 def pick(rng: random.Random, pool: str, split: str, k: int | None = None):
     """One item of `pool`'s `split` part, or `k` distinct items (a list) when k is given."""
+    if split == "novel" and not is_numeric(pool):
+        return _novel(rng, pool, k)
     items = part(pool, split)
     if k is None:
         return rng.choice(items)
     if k > len(items):
         raise ValueError(f"pool {pool!r} has {len(items)} {split} items, {k} asked for")
     return rng.sample(items, k)
+
+
+_ONSETS, _VOWELS = "bdfgklmnprstvz", "aeiou"
+_EVERY_ITEM = frozenset(str(x) for items in POOLS.values() for x in items)
+
+
+def _made_up(rng: random.Random, length: int) -> str:
+    """A pronounceable made-up word about `length` letters long (consonant-vowel syllables)."""
+    return "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) for _ in range(max(1, (length + 1) // 2)))
+
+
+def novel_word(rng: random.Random, pool: str) -> str:
+    """One made-up value for word pool `pool`: a train item's shape (its separators and digits
+    kept) with each run of letters replaced by a made-up word; never an item of any pool."""
+    template = rng.choice(part(pool, "train"))
+    while True:
+        word = re.sub(r"[a-z]+", lambda m: _made_up(rng, len(m.group())), template)
+        if word not in _EVERY_ITEM:
+            return word
+
+
+def is_novel(pool: str, value) -> bool:
+    """Whether `value` could be a novel split's value of `pool` (for checks and tests)."""
+    if is_numeric(pool):
+        return value in part(pool, "train")
+    return isinstance(value, str) and value not in _EVERY_ITEM and re.fullmatch(r"[a-z0-9.\-]+", value) is not None
+
+
+def _novel(rng: random.Random, pool: str, k: int | None):
+    if k is None:
+        return novel_word(rng, pool)
+    words: list[str] = []
+    while len(words) < k:
+        word = novel_word(rng, pool)
+        if word not in words:
+            words.append(word)
+    return words
