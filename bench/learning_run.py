@@ -2,23 +2,26 @@
 
     python bench/learning_run.py --out runs/learning [--train 48] [--val 16] [--heldout 64] [--samples 4]
         [--sft_candidates 400,800,1200] [--grpo_steps 20] [--jobs 3] [--families all|NAME,...]
-        [--faults_per_task N] [--sft_batch B] [--sft_restart STEPS@LR] [--grpo_train N] [--stop_after_warm_start]
-        [--set rollout.group_size=8 ...]
+        [--faults_per_task N] [--sft_batch B] [--sft_restart STEPS@LR] [--sft_init HF_DIR] [--sft_lr LR]
+        [--novel_train N] [--val_split train|novel] [--grpo_train N] [--grpo_split train|novel]
+        [--stop_after_warm_start] [--set rollout.group_size=8 ...]
 
 Stages (each one's output is reused when it is there: rerun the same command to resume):
- 1. OUT/tasks/{train,val,heldout}: generated instances (reterm_jax.tasks). `val` is a validation
-    slice of the TRAIN split (train pools, another seed); `heldout` draws from the held-out pools.
- 2. OUT/demos.jsonl: teacher recovery rows of the train instances (reterm_jax.tasks demos).
- 3. OUT/sft: configs/sft.py:tiny on those rows, seq_len = the longest row (none truncated),
-    checkpoints at each --sft_candidates step; each candidate is scored on `val` (recovery from
-    the scripted fault, 1 sample per task); by --warm_start_rule (signal: the score nearest 0.5
-    among those that recover; best: the highest), ties to the earliest, one is the warm start,
-    exported to OUT/warm_start_hf. --sft_restart adds a second phase (OUT/sft_restart) from the
-    last candidate's weights with a new schedule, whose checkpoints are candidates too. The
-    held-out split plays no part in any choice.
+ 1. OUT/tasks/{train,val,heldout[,grpo,novel]}: generated instances (reterm_jax.tasks). `val` is a
+    validation slice of a training split (another seed): train pools, or made-up names
+    (--val_split novel); `heldout` alone draws from the held-out pools.
+ 2. OUT/demos.jsonl: teacher recovery rows of the train instances (reterm_jax.tasks demos), plus
+    (--novel_train N) OUT/demos_novel.jsonl of N novel-split instances, both in OUT/sft_rows.jsonl.
+ 3. OUT/sft: configs/sft.py:tiny on those rows (from random weights, or --sft_init's), seq_len =
+    the longest row (none truncated), checkpoints at each --sft_candidates step; each candidate is
+    scored on `val` (recovery from the scripted fault, 1 sample per task); by --warm_start_rule
+    (signal: the score nearest 0.5 among those that recover; best: the highest), ties to the
+    earliest, one is the warm start, exported to OUT/warm_start_hf. --sft_restart adds a second
+    phase (OUT/sft_restart) from the last candidate's weights with a new schedule, whose
+    checkpoints are candidates too. The held-out split plays no part in any choice.
  4. OUT/grpo: configs/grpo.py:tiny from the warm start on the train instances (--grpo_train N:
-    on N other train-split instances, OUT/tasks/grpo, that no demonstration showed); failure bank
-    from their scripted faults, rollout limits covering the longest demonstration -> OUT/grpo_hf.
+    on N other instances of --grpo_split, OUT/tasks/grpo, that no demonstration showed); failure
+    bank from their scripted faults, rollout limits covering the longest demonstration -> OUT/grpo_hf.
  5. OUT/control: continued SFT from the warm start on the same rows for as many loss tokens as
     GRPO's updates trained on (compute-matched control) -> OUT/control_hf.
  6. Held-out evaluation of the three HF dirs with the same per-trial keys: pass@1, retry@2 and
@@ -31,7 +34,6 @@ Any HF dir it leaves scores other instances too: `python -m reterm_jax.evaluate
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import math
 import os
@@ -48,16 +50,13 @@ from absl import logging  # noqa: E402
 
 import grpo as grpo_config  # noqa: E402  (configs/grpo.py)
 import sft as sft_config  # noqa: E402  (configs/sft.py)
+from learning_data import demo_limits, make_tasks, sft_rows  # noqa: E402  (bench/)
 from learning_eval import FAULT_RECOVERY, evaluate, model_policy, time_split  # noqa: E402  (bench/)
 from reterm_jax.rl import learning_report  # noqa: E402
 
 
 def _log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def _dirs(out: Path, split: str) -> list[Path]:
-    return sorted(Path(d) for d in glob.glob(str(out / "tasks" / split / "*")) if os.path.isdir(d))
 
 
 def apply_sets(cfg, items: list[str]) -> None:
@@ -71,44 +70,6 @@ def apply_sets(cfg, items: list[str]) -> None:
         if leaf not in node:
             sys.exit(f"--set {item!r}: configs/grpo.py has no field {key!r}")
         node[leaf] = type(node[leaf])(value) if not isinstance(node[leaf], bool) else value.lower() == "true"
-
-
-# ---- stages 1-2: tasks and demonstrations ---------------------------------------------------------------
-def make_tasks(out: Path, args) -> dict[str, list[Path]]:
-    from reterm_jax.tasks.generate import generate, parse_families
-    families = parse_families(args.families)
-    spec = {"train": ("train", args.train, args.seed), "val": ("train", args.val, args.seed + 1000),
-            "heldout": ("heldout", args.heldout, args.seed)}
-    if args.grpo_train:  # train-split instances no demonstration showed: GRPO's tasks
-        spec["grpo"] = ("train", args.grpo_train, args.seed + 2000)
-    for name, (split, count, seed) in spec.items():
-        if len(_dirs(out, name)) != count:  # same arguments, same bytes: regenerating is safe
-            generate(families, split, count, seed, out / "tasks" / name, overwrite=True)
-    return {name: _dirs(out, name) for name in spec}
-
-
-def make_demos(out: Path, train: list[Path], jobs: int, faults_per_task: int = 0) -> Path:
-    from reterm_jax.tasks.demos import build_demos
-    path = out / "demos.jsonl"
-    if not path.exists():
-        tmp = out / "demos.jsonl.tmp"
-        n = build_demos([str(d) for d in train], tmp, jobs=jobs, faults_per_task=faults_per_task)
-        tmp.rename(path)
-        _log(f"demos: {n} rows from {len(train)} train instances")
-    return path
-
-
-def demo_limits(path: Path) -> dict:
-    from reterm_jax.data import load_tokenizer
-    from reterm_jax.data.chat import encode_example
-    rows = [json.loads(line) for line in open(path)]
-    tok = load_tokenizer()
-    encoded = [encode_example(r, tok) for r in rows]  # build_demos validated every row
-    longest = max(len(ex) for ex in encoded)
-    turn = max(learning_report.longest_run(ex.loss_mask) for ex in encoded)
-    limits = learning_report.run_limits(longest, max(learning_report.recovery_calls(r) for r in rows), turn)
-    return {**limits, "rows": len(rows), "longest_row": longest, "longest_turn": turn,
-            "target_tokens": int(sum(int(ex.loss_mask.sum()) for ex in encoded))}
 
 
 # ---- stages 3-5: warm start, GRPO, control ----------------------------------------------------------------
@@ -135,6 +96,9 @@ def _sft_phase(out: Path, args, limits: dict, demos: Path, state: dict, save, *,
     if init is None:
         steps = sorted(int(c) for c in args.sft_candidates.split(","))
         cfg.seed, name = args.seed, "sft"
+        if args.sft_init:  # fine-tune given weights (fresh Adam) instead of training from random ones
+            cfg.model.hf_path, cfg.data.tokenizer = args.sft_init, args.sft_init
+        cfg.optim.lr = args.sft_lr or cfg.optim.lr
     else:
         steps, lr = learning_report.parse_restart(args.sft_restart)
         cfg.seed, name = args.seed + 1, "sft_restart"
@@ -147,9 +111,9 @@ def _sft_phase(out: Path, args, limits: dict, demos: Path, state: dict, save, *,
     res = sft.train(cfg, str(out / name))
     entry = {"steps": steps[-1], "batch_size": cfg.train.batch_size, "seq_len": cfg.data.seq_len,
              "target_tokens": res["target_tokens"], "train_s": round(time.time() - t0),
-             "loss": {s: res["losses"][s] for s in steps if s in res["losses"]}}
+             "loss": {s: res["losses"][s] for s in steps if s in res["losses"]}, "lr": cfg.optim.lr}
     if init is None:
-        state["sft"] = entry
+        state["sft"] = {**entry, "init": args.sft_init or None, "rows": str(demos)}
     else:
         state["sft"]["restart"] = {**entry, "lr": cfg.optim.lr, "warmup_steps": RESTART_WARMUP,
                                    "end_lr_ratio": RESTART_END_RATIO, "seed": cfg.seed}
@@ -168,6 +132,12 @@ def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, sta
     cands = learning_report.candidate_steps(first, restart)
     if "target_tokens" not in state.get("sft", {}):
         _sft_phase(out, args, limits, demos, state, save)
+    elif (state["sft"].get("init") or "") != args.sft_init:
+        sys.exit(f"--sft_init={args.sft_init!r}, but OUT/sft started from {state['sft'].get('init') or 'random weights'!r}: "
+                 "use the same --sft_init, or a new --out")
+    if state["sft"].get("val_split", "train") != args.val_split:  # scored on another slice: score again
+        for key in ("val_scores", "fit_scores"):
+            state["sft"].pop(key, None)
     if restart and "restart" not in state["sft"]:
         init = out / "sft_restart_init"
         if not init.exists():
@@ -183,7 +153,7 @@ def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, sta
                 summary, _ = evaluate(policy, tasks, samples=1, jobs=args.jobs, protocols=(FAULT_RECOVERY,))
                 scores[step] = summary[FAULT_RECOVERY]["score"]
                 _log(f"{name} ({len(tasks)} tasks): SFT step {step}: fault-recovery {scores[step]:.3f}")
-        state["sft"].update(val_scores=val_scores, fit_scores=fit_scores)
+        state["sft"].update(val_scores=val_scores, fit_scores=fit_scores, val_split=args.val_split)
     if state["sft"].get("chosen_step") is None or state["sft"].get("rule", "best") != args.warm_start_rule:
         as_int = lambda d: {int(k): v for k, v in d.items()}  # noqa: E731 - JSON keys are strings
         chosen = learning_report.pick_warm_start(as_int(state["sft"]["val_scores"]), as_int(state["sft"]["fit_scores"]),
@@ -233,7 +203,7 @@ def _warm_start_lr(state: dict) -> float:
                    decay_steps=restart["steps"])
         step = chosen - state["sft"]["steps"]
     else:
-        opt = dict(lr=base.lr, warmup_steps=base.warmup_steps, end_lr_ratio=base.end_lr_ratio,
+        opt = dict(lr=state["sft"].get("lr", base.lr), warmup_steps=base.warmup_steps, end_lr_ratio=base.end_lr_ratio,
                    decay_steps=state["sft"]["steps"])
         step = chosen
     return float(lr_schedule(ml_collections.ConfigDict(opt))(step))
@@ -277,6 +247,17 @@ def main() -> None:
     p.add_argument("--protocols", default=f"shared,{FAULT_RECOVERY}",
                    help=f"shared (pass@1, retry@2, recovery@2 from one first attempt) and/or {FAULT_RECOVERY}")
     p.add_argument("--sft_candidates", default="400,800,1200", help="SFT steps scored on the validation slice")
+    p.add_argument("--sft_init", default="", metavar="HF_DIR",
+                   help="start the SFT from these weights (fresh Adam) instead of random ones, e.g. an earlier "
+                        "run's OUT/warm_start_hf (run 7: run 6's step 6,000)")
+    p.add_argument("--sft_lr", type=float, default=0.0,
+                   help="the SFT's peak LR (0 = configs/sft.py:tiny's); warmup and cosine as there")
+    p.add_argument("--novel_train", type=int, default=0,
+                   help="add the demonstrations of this many novel-split instances (made-up names, seed + 3000) "
+                        "to the SFT rows: rows only copying the names gets right")
+    p.add_argument("--val_split", default="train", choices=("train", "novel"),
+                   help="the validation slice's split: train (train-pool names) or novel (made-up names the "
+                        "model never saw: measures copying, as held-out names need, without the held-out pools)")
     p.add_argument("--sft_batch", type=int, default=1,
                    help="packed rows per SFT step (run 3: 4 rows a step start copying the instance's values, 1 does not)")
     p.add_argument("--sft_restart", default="", metavar="STEPS@LR",
@@ -292,6 +273,9 @@ def main() -> None:
                    help="GRPO on this many train-split instances (seed + 2000) that no demonstration showed, "
                         "not on the SFT's own (run 6: a warm start that memorised those passes 4/4 in "
                         "nearly every group: no signal); 0 = the SFT's train instances")
+    p.add_argument("--grpo_split", default="train", choices=("train", "novel"),
+                   help="the split of the --grpo_train instances: train (train-pool names) or novel (made-up "
+                        "names: only copying passes them, as on held-out instances)")
     p.add_argument("--families", default="all",
                    help="task families of every split (comma-separated names, or all); fix it before the run, "
                         "never from held-out scores")
@@ -313,6 +297,10 @@ def main() -> None:
         sys.exit(str(e))
     if args.grpo_train < 0:
         sys.exit(f"--grpo_train={args.grpo_train}: use 0 (the SFT's train instances) or a positive count")
+    if args.sft_init and not os.path.isfile(os.path.join(args.sft_init, "config.json")):
+        sys.exit(f"--sft_init={args.sft_init!r}: not an HF model directory (no config.json); pass e.g. OUT/warm_start_hf")
+    if args.novel_train < 0:
+        sys.exit(f"--novel_train={args.novel_train}: use 0 (none) or a positive count")
     if args.sft_batch < 1:
         sys.exit(f"--sft_batch={args.sft_batch}: use 1 or more packed rows a step")
     try:
@@ -337,7 +325,7 @@ def main() -> None:
     t_all = time.time()
     t0 = time.time()
     dirs = make_tasks(out, args)
-    demos = make_demos(out, dirs["train"], args.jobs, args.faults_per_task)
+    demos = sft_rows(out, dirs, args)
     limits = demo_limits(demos)
     stages.setdefault("tasks_and_demos", round(time.time() - t0))
     _log(f"tasks: {', '.join(f'{k} {len(v)}' for k, v in dirs.items())}; demos {limits['rows']} rows, "

@@ -1,0 +1,85 @@
+"""The learning run's tasks and SFT rows (bench/learning_run.py, stages 1-2): generated instances
+of each split, teacher demonstrations of the training ones, and the limits the longest row sets."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from reterm_jax.rl import learning_report
+
+
+def _log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def task_dirs(out: Path, name: str) -> list[Path]:
+    return sorted(Path(d) for d in glob.glob(str(out / "tasks" / name / "*")) if os.path.isdir(d))
+
+
+def task_plan(args) -> dict[str, tuple[str, int, int]]:
+    """Each task set's (split, count, seed). `val` is a validation slice of a training split
+    (--val_split: train pools, or made-up names); `heldout` is the only one from held-out pools."""
+    spec = {"train": ("train", args.train, args.seed), "val": (args.val_split, args.val, args.seed + 1000),
+            "heldout": ("heldout", args.heldout, args.seed)}
+    if args.grpo_train:  # training-split instances no demonstration showed: GRPO's tasks
+        spec["grpo"] = (args.grpo_split, args.grpo_train, args.seed + 2000)
+    if args.novel_train:  # made-up names: rows only copying gets right
+        spec["novel"] = ("novel", args.novel_train, args.seed + 3000)
+    return spec
+
+
+def make_tasks(out: Path, args) -> dict[str, list[Path]]:
+    from reterm_jax.tasks.demos import generator_meta
+    from reterm_jax.tasks.generate import generate, parse_families
+    families = parse_families(args.families)
+    spec = task_plan(args)
+    for name, (split, count, seed) in spec.items():
+        have = task_dirs(out, name)
+        if len(have) != count or (have and generator_meta(have[0])["split"] != split):
+            shutil.rmtree(out / "tasks" / name, ignore_errors=True)  # same arguments write the same bytes
+            generate(families, split, count, seed, out / "tasks" / name)
+    return {name: task_dirs(out, name) for name in spec}
+
+
+def make_demos(out: Path, dirs: list[Path], jobs: int, faults_per_task: int = 0, name: str = "demos") -> Path:
+    from reterm_jax.tasks.demos import build_demos
+    path = out / f"{name}.jsonl"
+    if not path.exists():
+        tmp = out / f"{name}.jsonl.tmp"
+        n = build_demos([str(d) for d in dirs], tmp, jobs=jobs, faults_per_task=faults_per_task)
+        tmp.rename(path)
+        _log(f"{name}: {n} rows from {len(dirs)} instances")
+    return path
+
+
+def sft_rows(out: Path, dirs: dict[str, list[Path]], args) -> Path:
+    """The SFT rows: demonstrations of the train instances, plus (--novel_train) those of the
+    novel-split instances, in one file (OUT/sft_rows.jsonl) so every SFT phase and the control
+    read the same rows."""
+    demos = make_demos(out, dirs["train"], args.jobs, args.faults_per_task)
+    if not args.novel_train:
+        return demos
+    novel = make_demos(out, dirs["novel"], args.jobs, args.faults_per_task, name="demos_novel")
+    path = out / "sft_rows.jsonl"
+    if not path.exists():
+        tmp = out / "sft_rows.jsonl.tmp"
+        tmp.write_bytes(demos.read_bytes() + novel.read_bytes())
+        tmp.rename(path)
+    return path
+
+
+def demo_limits(path: Path) -> dict:
+    from reterm_jax.data import load_tokenizer
+    from reterm_jax.data.chat import encode_example
+    rows = [json.loads(line) for line in open(path)]
+    tok = load_tokenizer()
+    encoded = [encode_example(r, tok) for r in rows]  # build_demos validated every row
+    longest = max(len(ex) for ex in encoded)
+    turn = max(learning_report.longest_run(ex.loss_mask) for ex in encoded)
+    limits = learning_report.run_limits(longest, max(learning_report.recovery_calls(r) for r in rows), turn)
+    return {**limits, "rows": len(rows), "longest_row": longest, "longest_turn": turn,
+            "target_tokens": int(sum(int(ex.loss_mask.sum()) for ex in encoded))}
