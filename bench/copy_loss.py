@@ -3,7 +3,7 @@
 Splits each demonstration row's target tokens in two: **value** tokens, inside an occurrence in
 the assistant's text of a string the instruction quotes in backticks (a section, host, port,
 category, branch... of this instance) that is not quoted the same in every row's instruction
-(constant paths are not values), and every **other** target token. For each checkpoint and each
+(constant paths are not values; constant per task family), and every **other** target token. For each checkpoint and each
 row file it reports the mean loss (nats per token) and the greedy accuracy of both kinds. Rows of
 instances the model trained on (the SFT's demos) against rows of instances it never saw (e.g. a
 validation slice's demos, `python -m reterm_jax.tasks demos VAL/* --out val.jsonl`): a model that
@@ -36,6 +36,32 @@ QUOTED = re.compile(r"`([^`\n]{2,80})`")
 
 def instruction(row: dict) -> str:
     return next(m["content"] for m in row["messages"] if m["role"] == "user")
+
+
+_INSTANCE = re.compile(r"^(?P<family>.+)-(?:train|heldout|novel)-s\d+-\d+$")
+
+
+def family(row: dict) -> str:
+    """The task family of a row (a generated instance's task_id without split, seed and index;
+    any other task_id, e.g. copy-drill, is its own family)."""
+    m = _INSTANCE.match(row.get("task_id", ""))
+    return m.group("family") if m else row.get("task_id", "")
+
+
+def constant_quotes(rows: list[dict]) -> dict[str, set[str]]:
+    """Per family, the backticked strings every one of its rows' instructions quotes (paths, key
+    names): not values. Per family, so rows of other kinds passed alongside change nothing."""
+    by_family: dict[str, list[dict]] = {}
+    for r in rows:
+        by_family.setdefault(family(r), []).append(r)
+    out = {}
+    for fam, group in by_family.items():
+        counts: dict[str, int] = {}
+        for r in group:
+            for q in {q.strip("[]") for q in QUOTED.findall(instruction(r))}:
+                counts[q] = counts.get(q, 0) + 1
+        out[fam] = {q for q, n in counts.items() if n == len(group)}
+    return out
 
 
 def quoted_values(row: dict, constant: set[str]) -> list[str]:
@@ -95,13 +121,9 @@ def main() -> int:
         if not path or not os.path.exists(path):
             ap.error(f"--rows {spec!r}: give NAME=PATH of an existing JSONL file")
         files[name] = [json.loads(line) for line in open(path)][:args.max_rows]
-    every = [r for rows in files.values() for r in rows]
-    counts: dict[str, int] = {}
-    for r in every:
-        for q in set(QUOTED.findall(instruction(r))):
-            counts[q.strip("[]")] = counts.get(q.strip("[]"), 0) + 1
-    constant = {q for q, n in counts.items() if n == len(every)}
-    encoded = {name: [(encode_example(r, tok), quoted_values(r, constant)) for r in rows] for name, rows in files.items()}
+    constant = constant_quotes([r for rows in files.values() for r in rows])
+    encoded = {name: [(encode_example(r, tok), quoted_values(r, constant[family(r)])) for r in rows]
+               for name, rows in files.items()}
 
     @nnx.jit
     def logprobs(model, ids):
@@ -110,7 +132,7 @@ def main() -> int:
         tgt = ids[0, 1:]
         return jnp.take_along_axis(lp, tgt[:, None], axis=-1)[:, 0], jnp.argmax(logits, axis=-1) == tgt
 
-    result = {"ckpt": args.ckpt, "constant_quotes": sorted(constant)}
+    result = {"ckpt": args.ckpt, "constant_quotes": {fam: sorted(qs) for fam, qs in constant.items()}}
     for step in [int(s) for s in args.steps.split(",")]:
         model = restore_model(os.path.join(args.ckpt, str(step)), config_dir=args.ckpt)
         for name, rows in encoded.items():
