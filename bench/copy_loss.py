@@ -31,6 +31,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import numpy as np  # noqa: E402
 
+from reterm_jax.tasks.pools import SPLITS  # noqa: E402
+
 QUOTED = re.compile(r"`([^`\n]{2,80})`")
 
 
@@ -38,7 +40,7 @@ def instruction(row: dict) -> str:
     return next(m["content"] for m in row["messages"] if m["role"] == "user")
 
 
-_INSTANCE = re.compile(r"^(?P<family>.+)-(?:train|heldout|novel)-s\d+-\d+$")
+_INSTANCE = re.compile(rf"^(?P<family>.+)-(?:{'|'.join(SPLITS)})-s\d+-\d+$")  # tasks.generate.instance_name
 
 
 def family(row: dict) -> str:

@@ -143,7 +143,8 @@ def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, sta
         if not init.exists():
             _hf_from_step(out / "sft" / "checkpoints", first[-1], init)
         _sft_phase(out, args, limits, demos, state, save, init=init)
-    if "val_scores" not in state["sft"]:
+    rescored = "val_scores" not in state["sft"]
+    if rescored:
         fit = dirs["train"][::max(1, len(dirs["train"]) // max(1, len(dirs["val"])))][:len(dirs["val"])]
         val_scores, fit_scores = {}, {}
         for step, (phase, local) in sorted(cands.items()):
@@ -154,7 +155,7 @@ def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, sta
                 scores[step] = summary[FAULT_RECOVERY]["score"]
                 _log(f"{name} ({len(tasks)} tasks): SFT step {step}: fault-recovery {scores[step]:.3f}")
         state["sft"].update(val_scores=val_scores, fit_scores=fit_scores, val_split=args.val_split)
-    if state["sft"].get("chosen_step") is None or state["sft"].get("rule", "best") != args.warm_start_rule:
+    if rescored or state["sft"].get("chosen_step") is None or state["sft"].get("rule", "best") != args.warm_start_rule:
         as_int = lambda d: {int(k): v for k, v in d.items()}  # noqa: E731 - JSON keys are strings
         chosen = learning_report.pick_warm_start(as_int(state["sft"]["val_scores"]), as_int(state["sft"]["fit_scores"]),
                                                  rule=args.warm_start_rule)
