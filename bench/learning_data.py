@@ -12,7 +12,7 @@ from pathlib import Path
 from reterm_jax.rl import learning_report
 
 
-def _log(msg: str) -> None:
+def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
@@ -52,7 +52,7 @@ def make_demos(out: Path, dirs: list[Path], jobs: int, faults_per_task: int = 0,
         tmp = out / f"{name}.jsonl.tmp"
         n = build_demos([str(d) for d in dirs], tmp, jobs=jobs, faults_per_task=faults_per_task)
         tmp.rename(path)
-        _log(f"{name}: {n} rows from {len(dirs)} instances")
+        log(f"{name}: {n} rows from {len(dirs)} instances")
     return path
 
 

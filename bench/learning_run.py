@@ -51,12 +51,9 @@ from absl import logging  # noqa: E402
 import grpo as grpo_config  # noqa: E402  (configs/grpo.py)
 import sft as sft_config  # noqa: E402  (configs/sft.py)
 from learning_data import demo_limits, make_tasks, sft_rows  # noqa: E402  (bench/)
+from learning_data import log as _log  # noqa: E402
 from learning_eval import FAULT_RECOVERY, evaluate, model_policy, time_split  # noqa: E402  (bench/)
 from reterm_jax.rl import learning_report  # noqa: E402
-
-
-def _log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def apply_sets(cfg, items: list[str]) -> None:
