@@ -1,0 +1,255 @@
+"""Which tiny model learns to copy, and how soon? Variants side by side on synthetic copy rows.
+
+The learning run's warm start fails held-out instances because it never copies a name it did not
+see in training (docs/learning.md, runs 6-7). This trains model variants from random weights on
+the same batches, in one process, and scores greedy copying on unseen rows every `--eval_every`
+steps, so "does variant X copy sooner" is one command's answer, not two runs on a shared machine.
+
+Rows are raw token ids (no chat template: every position is a copy problem), drawn from the
+tiny tokenizer's 39 value characters (a-z, 0-9, '-', '.', '_': the characters of generated
+names). Two kinds, `--task`:
+
+  repeat   a random string (8-`--max_len` chars) between two markers, then the same string
+           again; loss and score on the second copy after its first character (the induction
+           problem: continue a string already seen). Lengths vary, so a fixed offset cannot do it.
+  lookup   3-6 `key=value;` pairs (keys 2-4 chars, values 3-10), then each key again in shuffled
+           order followed by `=`: the model must find the key and write its value (the first
+           value character is a lookup, the rest a copy): what a fix's command needs.
+  mix      even rows repeat, odd rows lookup.
+
+Scores: `tokens`, greedy-right value tokens; `whole`, values right in every token; both on
+`--eval_rows` fresh rows (their own seed). Every variant sees the same training batches and the
+same optimizer settings (configs/sft.py's tiny optim: AdamW, `--lr`, warmup 20, cosine to 10%).
+
+    python bench/copy_emergence.py --task lookup --steps 2000 --variants preset,attn2
+
+Variants (overrides of configs/sft.py's tiny preset: hidden 128, DeltaNet + attention):
+  preset   as is;  attn2  two full-attention layers;  dn_attn2  DeltaNet + two attention layers;
+  wide     hidden 256, intermediate 768, 8 heads (one DeltaNet + one attention layer).
+Prints one line per evaluation and a table at the end; asserts nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import string
+import sys
+import time
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path[:0] = [_ROOT, os.path.join(_ROOT, "configs")]
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from flax import nnx  # noqa: E402
+
+import sft as sft_config  # noqa: E402  (configs/sft.py)
+from reterm_jax.data.tokenizer import TINY_TOKENIZER_DIR, load_tokenizer  # noqa: E402
+from reterm_jax.model.config import Qwen3_5Config  # noqa: E402
+from reterm_jax.model.decoder import Qwen3_5ForCausalLM  # noqa: E402
+from reterm_jax.model.hf_io import save_pretrained  # noqa: E402
+from reterm_jax.parallel.mesh import make_mesh  # noqa: E402
+from reterm_jax.train.optimizer import make_optimizer  # noqa: E402
+from reterm_jax.train.state import create_train_state, replicated, train_state_shardings  # noqa: E402
+from reterm_jax.train.step import make_train_step, put_batch  # noqa: E402
+
+VALUE_CHARS = string.ascii_lowercase + string.digits + "-._"
+VARIANTS = {
+    "preset": {},
+    "attn2": {"layer_types": ("full_attention", "full_attention")},
+    "attn_dn": {"layer_types": ("full_attention", "linear_attention")},
+    "dn_attn2": {"num_hidden_layers": 3, "layer_types": ("linear_attention", "full_attention", "full_attention")},
+    "wide": {"hidden_size": 256, "intermediate_size": 768, "num_attention_heads": 8, "num_key_value_heads": 4},
+}
+
+
+class Vocab:
+    """Token ids of the value characters and the markers, looked up in the tiny tokenizer."""
+
+    def __init__(self):
+        tok = load_tokenizer()
+        ids = {c: tok.convert_tokens_to_ids(c) for c in VALUE_CHARS + "=;|"}
+        missing = [c for c, i in ids.items() if i is None or i == tok.unk_token_id]
+        if missing:
+            raise SystemExit(f"the tiny tokenizer has no single token for {missing}")
+        self.chars = np.array([ids[c] for c in VALUE_CHARS], np.int32)
+        self.eq, self.semi, self.bar = ids["="], ids[";"], ids["|"]
+        self.pad = tok.convert_tokens_to_ids("<|endoftext|>")
+
+
+def _word(rng, lo, hi, vocab):
+    return list(rng.choice(vocab.chars, rng.integers(lo, hi + 1)))
+
+
+def repeat_row(rng, vocab, seq, max_len):
+    """Packs `| s | s` problems into one row; mask marks the second copy after its first char."""
+    toks, mask = [], []
+    while True:
+        s = _word(rng, min(8, max_len), max_len, vocab)
+        piece = [vocab.bar] + s + [vocab.bar] + s
+        if len(toks) + len(piece) > seq + 1:
+            break
+        toks += piece
+        mask += [0] * (len(s) + 2) + [0] + [1] * (len(s) - 1)
+    return toks, mask
+
+
+def lookup_row(rng, vocab, seq, max_len):
+    """Packs `k=v;...| k=v;...` problems into one row; mask marks every value token of the queries."""
+    toks, mask = [], []
+    while True:
+        n = int(rng.integers(3, 7))
+        keys, seen = [], set()
+        while len(keys) < n:
+            k = tuple(_word(rng, 2, 4, vocab))
+            if k not in seen:
+                seen.add(k)
+                keys.append(list(k))
+        values = [_word(rng, 3, min(10, max_len), vocab) for _ in range(n)]
+        piece, pmask = [vocab.bar], [0]
+        for k, v in zip(keys, values):
+            piece += k + [vocab.eq] + v + [vocab.semi]
+            pmask += [0] * (len(k) + len(v) + 2)
+        piece.append(vocab.bar)
+        pmask.append(0)
+        for i in rng.permutation(n):
+            piece += keys[i] + [vocab.eq] + values[i] + [vocab.semi]
+            pmask += [0] * (len(keys[i]) + 1) + [1] * len(values[i]) + [0]
+        if len(toks) + len(piece) > seq + 1:
+            break
+        toks += piece
+        mask += pmask
+    return toks, mask
+
+
+def make_batch(rng, vocab, task, rows, seq, max_len):
+    tokens = np.full((rows, seq + 1), vocab.pad, np.int32)
+    mask = np.zeros((rows, seq + 1), bool)
+    for r in range(rows):
+        make = repeat_row if task == "repeat" or (task == "mix" and r % 2 == 0) else lookup_row
+        t, m = make(rng, vocab, seq, max_len)
+        tokens[r, :len(t)], mask[r, :len(m)] = t, m
+    seg = (tokens[:, :-1] != vocab.pad).astype(np.int32)
+    return {"tokens": tokens[:, :-1], "targets": tokens[:, 1:], "target_mask": mask[:, 1:] & (seg == 1),
+            "segment_ids": seg, "positions": np.broadcast_to(np.arange(seq, dtype=np.int32), (rows, seq)).copy()}
+
+
+def value_spans(mask_row):
+    """[(start, end)] runs of True in one row's target mask: one value (or copy) each."""
+    spans, start = [], None
+    for i, m in enumerate(list(mask_row) + [False]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            spans.append((start, i))
+            start = None
+    return spans
+
+
+def score(predict, params, batch) -> dict:
+    """Teacher-forced greedy argmax at every target position: token accuracy and whole values."""
+    pred = np.asarray(predict(params, batch["tokens"], batch["positions"], batch["segment_ids"]))
+    right = pred == batch["targets"]
+    mask = batch["target_mask"]
+    whole = total = 0
+    for r in range(mask.shape[0]):
+        for a, b in value_spans(mask[r]):
+            total += 1
+            whole += bool(right[r, a:b].all())
+    return {"tokens": float(right[mask].mean()), "whole": whole / max(total, 1), "values": total}
+
+
+def build(variant: str, seed: int, mesh, optim):
+    overrides = dict(sft_config.get_config("tiny").model.overrides)
+    overrides.update(VARIANTS[variant])
+    config = Qwen3_5Config.tiny(**overrides)
+    model = Qwen3_5ForCausalLM(config, rngs=nnx.Rngs(seed))
+    graphdef, params = nnx.split(model, nnx.Param)
+    params = nnx.to_pure_dict(params)
+    tx, schedule = make_optimizer(optim)
+    shardings = train_state_shardings(tx, params, jax.tree.map(lambda _: replicated(mesh), params), mesh)
+    state = create_train_state(params, tx, shardings, seed=seed)
+    step = make_train_step(graphdef, tx, schedule, micro_batches=1, mesh=mesh, shardings=shardings)
+
+    @jax.jit
+    def predict(p, tokens, positions, segment_ids):
+        return jnp.argmax(nnx.merge(graphdef, p)(tokens, positions=positions, segment_ids=segment_ids), -1)
+    n_params = sum(x.size for x in jax.tree.leaves(params))
+    return state, step, predict, n_params, graphdef
+
+
+def save_hf(graphdef, params, out_dir: str) -> None:
+    model = nnx.merge(graphdef, params)
+    save_pretrained(model, out_dir)
+    for name in os.listdir(TINY_TOKENIZER_DIR):
+        shutil.copy(os.path.join(TINY_TOKENIZER_DIR, name), out_dir)
+    print(f"wrote {out_dir}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--task", choices=("repeat", "lookup", "mix"), default="lookup")
+    parser.add_argument("--variants", default="preset,attn2")
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--batch", type=int, default=16, help="rows a step")
+    parser.add_argument("--seq", type=int, default=256, help="tokens a row")
+    parser.add_argument("--max_len", type=int, default=16, help="longest repeated string / value")
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--eval_every", type=int, default=250)
+    parser.add_argument("--eval_rows", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", default="", help="write the evaluations here")
+    parser.add_argument("--save_hf", default="", help="write each variant's final weights to SAVE_HF/<variant> "
+                        "(an HF dir with the tiny tokenizer: --config.model.hf_path / --sft_init take it)")
+    args = parser.parse_args()
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"--variants: unknown {unknown}; choose from {sorted(VARIANTS)}")
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, jax {jax.__version__}; "
+          f"task {args.task}, {args.batch} rows x {args.seq} tokens a step, lr {args.lr}, {args.steps} steps")
+
+    vocab, mesh = Vocab(), make_mesh()
+    optim = sft_config.get_config("tiny").optim
+    optim.lr, optim.decay_steps = args.lr, args.steps
+    models = {v: list(build(v, args.seed, mesh, optim)) for v in variants}
+    for v, (_, _, _, n, _) in models.items():
+        print(f"{v}: {n / 1e6:.2f} M params")
+    eval_batch = make_batch(np.random.default_rng(10_000 + args.seed), vocab, args.task, args.eval_rows,
+                            args.seq, args.max_len)
+    rng = np.random.default_rng(args.seed)
+    history = {v: [] for v in variants}
+    seconds = {v: 0.0 for v in variants}
+    for step in range(1, args.steps + 1):
+        batch = put_batch(make_batch(rng, vocab, args.task, args.batch, args.seq, args.max_len), mesh)
+        for v, m in models.items():
+            t0 = time.perf_counter()
+            m[0], metrics = m[1](m[0], batch)
+            loss = float(metrics["loss"])
+            seconds[v] += time.perf_counter() - t0
+            if step % args.eval_every == 0 or step == args.steps:
+                s = score(m[2], m[0].params, eval_batch)
+                history[v].append({"step": step, "loss": loss, **s, "train_s": round(seconds[v], 1)})
+                print(f"step {step:5d} {v:9s} loss {loss:.3f}  value tokens {s['tokens']:6.1%}  "
+                      f"whole {s['whole']:6.1%} of {s['values']}  ({seconds[v]:.0f} s)", flush=True)
+    print(f"\n| step | " + " | ".join(f"{v}: tokens / whole" for v in variants) + " |")
+    print("|---|" + "---|" * len(variants))
+    for i, h in enumerate(history[variants[0]]):
+        cells = [f"{history[v][i]['tokens']:.1%} / {history[v][i]['whole']:.1%}" for v in variants]
+        print(f"| {h['step']} | " + " | ".join(cells) + " |")
+    print("chance: 1/39 = 2.6% a token")
+    if args.save_hf:
+        for v, m in models.items():
+            save_hf(m[4], m[0].params, os.path.join(args.save_hf, v))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "history": history}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
