@@ -16,6 +16,8 @@ names). Two kinds, `--task`:
            order followed by `=`: the model must find the key and write its value (the first
            value character is a lookup, the rest a copy): what a fix's command needs.
   mix      even rows repeat, odd rows lookup.
+`--filler N` puts up to N random characters between a source and where it is copied (the
+task's names sit 1,000+ tokens back among other letters).
 
 Scores: `tokens`, greedy-right value tokens; `whole`, values right in every token; both on
 `--eval_rows` fresh rows (their own seed). Every variant sees the same training batches and the
@@ -24,9 +26,13 @@ same optimizer settings (configs/sft.py's tiny optim: AdamW, `--lr`, warmup 20, 
     python bench/copy_emergence.py --task lookup --steps 2000 --variants preset,attn2
 
 Variants (overrides of configs/sft.py's tiny preset: hidden 128, DeltaNet + attention):
-  preset   as is;  attn2  two full-attention layers;  dn_attn2  DeltaNet + two attention layers;
+  preset   as is;  attn2  two full-attention layers;  attn_dn  attention, then DeltaNet;
+  dn_attn2  DeltaNet + two attention layers;
   wide     hidden 256, intermediate 768, 8 heads (one DeltaNet + one attention layer).
-Prints one line per evaluation and a table at the end; asserts nothing.
+Prints one line per evaluation and a table at the end; asserts nothing. Runs on the CPU unless
+JAX_PLATFORMS says otherwise (`JAX_PLATFORMS=cuda` on a GPU machine: the long runs the 2-core CPU
+cannot afford). `--save_hf DIR` keeps each variant's weights as an HF dir for
+`bench/learning_run.py --sft_init` (docs/learning.md, run 8).
 """
 from __future__ import annotations
 
@@ -86,21 +92,28 @@ def _word(rng, lo, hi, vocab):
     return list(rng.choice(vocab.chars, rng.integers(lo, hi + 1)))
 
 
-def repeat_row(rng, vocab, seq, max_len):
-    """Packs `| s | s` problems into one row; mask marks the second copy after its first char."""
+def _filler(rng, vocab, n):
+    """0-n random value characters: the source sits this much further back, among look-alikes."""
+    return list(rng.choice(vocab.chars, int(rng.integers(0, n + 1)))) if n else []
+
+
+def repeat_row(rng, vocab, seq, max_len, filler=0):
+    """Packs `| s | [filler] | s` problems into one row; mask marks the second copy after its
+    first char."""
     toks, mask = [], []
     while True:
-        s = _word(rng, min(8, max_len), max_len, vocab)
-        piece = [vocab.bar] + s + [vocab.bar] + s
+        s, gap = _word(rng, min(8, max_len), max_len, vocab), _filler(rng, vocab, filler)
+        piece = [vocab.bar] + s + [vocab.bar] + gap + ([vocab.bar] if gap else []) + s
         if len(toks) + len(piece) > seq + 1:
             break
         toks += piece
-        mask += [0] * (len(s) + 2) + [0] + [1] * (len(s) - 1)
+        mask += [0] * (len(piece) - len(s) + 1) + [1] * (len(s) - 1)
     return toks, mask
 
 
-def lookup_row(rng, vocab, seq, max_len):
-    """Packs `k=v;...| k=v;...` problems into one row; mask marks every value token of the queries."""
+def lookup_row(rng, vocab, seq, max_len, filler=0):
+    """Packs `k=v;...| [filler |] k=v;...` problems into one row; mask marks every value token of
+    the queries."""
     toks, mask = [], []
     while True:
         n = int(rng.integers(3, 7))
@@ -115,8 +128,9 @@ def lookup_row(rng, vocab, seq, max_len):
         for k, v in zip(keys, values):
             piece += k + [vocab.eq] + v + [vocab.semi]
             pmask += [0] * (len(k) + len(v) + 2)
-        piece.append(vocab.bar)
-        pmask.append(0)
+        gap = _filler(rng, vocab, filler)
+        piece += [vocab.bar] + gap + ([vocab.bar] if gap else [])
+        pmask += [0] * (len(gap) + 1 + bool(gap))
         for i in rng.permutation(n):
             piece += keys[i] + [vocab.eq] + values[i] + [vocab.semi]
             pmask += [0] * (len(keys[i]) + 1) + [1] * len(values[i]) + [0]
@@ -127,12 +141,12 @@ def lookup_row(rng, vocab, seq, max_len):
     return toks, mask
 
 
-def make_batch(rng, vocab, task, rows, seq, max_len):
+def make_batch(rng, vocab, task, rows, seq, max_len, filler=0):
     tokens = np.full((rows, seq + 1), vocab.pad, np.int32)
     mask = np.zeros((rows, seq + 1), bool)
     for r in range(rows):
         make = repeat_row if task == "repeat" or (task == "mix" and r % 2 == 0) else lookup_row
-        t, m = make(rng, vocab, seq, max_len)
+        t, m = make(rng, vocab, seq, max_len, filler)
         tokens[r, :len(t)], mask[r, :len(m)] = t, m
     seg = (tokens[:, :-1] != vocab.pad).astype(np.int32)
     return {"tokens": tokens[:, :-1], "targets": tokens[:, 1:], "target_mask": mask[:, 1:] & (seg == 1),
@@ -151,17 +165,24 @@ def value_spans(mask_row):
     return spans
 
 
-def score(predict, params, batch) -> dict:
-    """Teacher-forced greedy argmax at every target position: token accuracy and whole values."""
+def score(predict, params, batch, task: str) -> dict:
+    """Teacher-forced greedy argmax at every target position: token accuracy and whole values
+    (for `mix`, also each kind's: even rows repeat, odd rows lookup)."""
     pred = np.asarray(predict(params, batch["tokens"], batch["positions"], batch["segment_ids"]))
     right = pred == batch["targets"]
     mask = batch["target_mask"]
-    whole = total = 0
-    for r in range(mask.shape[0]):
-        for a, b in value_spans(mask[r]):
-            total += 1
-            whole += bool(right[r, a:b].all())
-    return {"tokens": float(right[mask].mean()), "whole": whole / max(total, 1), "values": total}
+
+    def rows_score(rows):
+        whole = total = 0
+        for r in rows:
+            for a, b in value_spans(mask[r]):
+                total += 1
+                whole += bool(right[r, a:b].all())
+        return {"tokens": float(right[rows][mask[rows]].mean()), "whole": whole / max(total, 1), "values": total}
+    out = rows_score(np.arange(mask.shape[0]))
+    if task == "mix":
+        out["repeat"], out["lookup"] = rows_score(np.arange(0, mask.shape[0], 2)), rows_score(np.arange(1, mask.shape[0], 2))
+    return out
 
 
 def build(variant: str, seed: int, mesh, optim):
@@ -199,6 +220,9 @@ def main():
     parser.add_argument("--batch", type=int, default=16, help="rows a step")
     parser.add_argument("--seq", type=int, default=256, help="tokens a row")
     parser.add_argument("--max_len", type=int, default=16, help="longest repeated string / value")
+    parser.add_argument("--filler", type=int, default=0,
+                        help="up to this many random characters between a source and its copy (a task's name "
+                             "sits 1,000+ tokens back, among other letters); keep it below --seq")
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--eval_every", type=int, default=250)
     parser.add_argument("--eval_rows", type=int, default=64)
@@ -221,22 +245,24 @@ def main():
     for v, (_, _, _, n, _) in models.items():
         print(f"{v}: {n / 1e6:.2f} M params")
     eval_batch = make_batch(np.random.default_rng(10_000 + args.seed), vocab, args.task, args.eval_rows,
-                            args.seq, args.max_len)
+                            args.seq, args.max_len, args.filler)
     rng = np.random.default_rng(args.seed)
     history = {v: [] for v in variants}
     seconds = {v: 0.0 for v in variants}
     for step in range(1, args.steps + 1):
-        batch = put_batch(make_batch(rng, vocab, args.task, args.batch, args.seq, args.max_len), mesh)
+        batch = put_batch(make_batch(rng, vocab, args.task, args.batch, args.seq, args.max_len, args.filler), mesh)
         for v, m in models.items():
             t0 = time.perf_counter()
             m[0], metrics = m[1](m[0], batch)
             loss = float(metrics["loss"])
             seconds[v] += time.perf_counter() - t0
             if step % args.eval_every == 0 or step == args.steps:
-                s = score(m[2], m[0].params, eval_batch)
+                s = score(m[2], m[0].params, eval_batch, args.task)
                 history[v].append({"step": step, "loss": loss, **s, "train_s": round(seconds[v], 1)})
                 print(f"step {step:5d} {v:9s} loss {loss:.3f}  value tokens {s['tokens']:6.1%}  "
-                      f"whole {s['whole']:6.1%} of {s['values']}  ({seconds[v]:.0f} s)", flush=True)
+                      f"whole {s['whole']:6.1%} of {s['values']}  ({seconds[v]:.0f} s)"
+                      + "".join(f"; {k} {s[k]['tokens']:.1%} / {s[k]['whole']:.1%}" for k in ("repeat", "lookup") if k in s),
+                      flush=True)
     print(f"\n| step | " + " | ".join(f"{v}: tokens / whole" for v in variants) + " |")
     print("|---|" + "---|" * len(variants))
     for i, h in enumerate(history[variants[0]]):
