@@ -32,7 +32,8 @@ Variants (overrides of configs/sft.py's tiny preset: hidden 128, DeltaNet + atte
 Prints one line per evaluation and a table at the end; asserts nothing. Runs on the CPU unless
 JAX_PLATFORMS says otherwise (`JAX_PLATFORMS=cuda` on a GPU machine: the long runs the 2-core CPU
 cannot afford). `--save_hf DIR` keeps each variant's weights as an HF dir for
-`bench/learning_run.py --sft_init` (docs/learning.md, run 8).
+`bench/learning_run.py --sft_init` (docs/learning.md, run 8); `--score DIR` rescores such weights
+on other rows (e.g. with `--filler`) without training.
 """
 from __future__ import annotations
 
@@ -212,6 +213,21 @@ def save_hf(graphdef, params, out_dir: str) -> None:
     print(f"wrote {out_dir}")
 
 
+def score_saved(args, vocab) -> None:
+    from reterm_jax.model.hf_io import load_pretrained
+    graphdef, params = nnx.split(load_pretrained(args.score, jnp.float32), nnx.Param)
+
+    @jax.jit
+    def predict(p, tokens, positions, segment_ids):
+        return jnp.argmax(nnx.merge(graphdef, p)(tokens, positions=positions, segment_ids=segment_ids), -1)
+    batch = make_batch(np.random.default_rng(10_000 + args.seed), vocab, args.task, args.eval_rows, args.seq,
+                       args.max_len, args.filler)
+    s = score(predict, params, batch, args.task)
+    print(f"{args.score}: {args.task}, filler {args.filler}: value tokens {s['tokens']:.1%}, whole {s['whole']:.1%} "
+          f"of {s['values']}" + "".join(f"; {k} {s[k]['tokens']:.1%} / {s[k]['whole']:.1%}"
+                                        for k in ("repeat", "lookup") if k in s))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--task", choices=("repeat", "lookup", "mix"), default="lookup")
@@ -228,6 +244,9 @@ def main():
     parser.add_argument("--eval_rows", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default="", help="write the evaluations here")
+    parser.add_argument("--score", default="", metavar="HF_DIR",
+                        help="train nothing: score these saved weights on --eval_rows fresh rows of --task / --seq / "
+                             "--filler (e.g. a copier trained without --filler, on rows with it)")
     parser.add_argument("--save_hf", default="", help="write each variant's final weights to SAVE_HF/<variant> "
                         "(an HF dir with the tiny tokenizer: --config.model.hf_path / --sft_init take it)")
     args = parser.parse_args()
@@ -239,6 +258,8 @@ def main():
           f"task {args.task}, {args.batch} rows x {args.seq} tokens a step, lr {args.lr}, {args.steps} steps")
 
     vocab, mesh = Vocab(), make_mesh()
+    if args.score:
+        return score_saved(args, vocab)
     optim = sft_config.get_config("tiny").optim
     optim.lr, optim.decay_steps = args.lr, args.steps
     models = {v: list(build(v, args.seed, mesh, optim)) for v in variants}
