@@ -186,6 +186,14 @@ def score(predict, params, batch, task: str) -> dict:
     return out
 
 
+def make_predict(graphdef):
+    """jit(params, tokens, positions, segment_ids) -> the greedy next token at every position."""
+    @jax.jit
+    def predict(p, tokens, positions, segment_ids):
+        return jnp.argmax(nnx.merge(graphdef, p)(tokens, positions=positions, segment_ids=segment_ids), -1)
+    return predict
+
+
 def build(variant: str, seed: int, mesh, optim):
     overrides = dict(sft_config.get_config("tiny").model.overrides)
     overrides.update(VARIANTS[variant])
@@ -197,12 +205,8 @@ def build(variant: str, seed: int, mesh, optim):
     shardings = train_state_shardings(tx, params, jax.tree.map(lambda _: replicated(mesh), params), mesh)
     state = create_train_state(params, tx, shardings, seed=seed)
     step = make_train_step(graphdef, tx, schedule, micro_batches=1, mesh=mesh, shardings=shardings)
-
-    @jax.jit
-    def predict(p, tokens, positions, segment_ids):
-        return jnp.argmax(nnx.merge(graphdef, p)(tokens, positions=positions, segment_ids=segment_ids), -1)
     n_params = sum(x.size for x in jax.tree.leaves(params))
-    return state, step, predict, n_params, graphdef
+    return state, step, make_predict(graphdef), n_params, graphdef
 
 
 def save_hf(graphdef, params, out_dir: str) -> None:
@@ -216,10 +220,7 @@ def save_hf(graphdef, params, out_dir: str) -> None:
 def score_saved(args, vocab) -> None:
     from reterm_jax.model.hf_io import load_pretrained
     graphdef, params = nnx.split(load_pretrained(args.score, jnp.float32), nnx.Param)
-
-    @jax.jit
-    def predict(p, tokens, positions, segment_ids):
-        return jnp.argmax(nnx.merge(graphdef, p)(tokens, positions=positions, segment_ids=segment_ids), -1)
+    predict = make_predict(graphdef)
     batch = make_batch(np.random.default_rng(10_000 + args.seed), vocab, args.task, args.eval_rows, args.seq,
                        args.max_len, args.filler)
     s = score(predict, params, batch, args.task)
@@ -250,6 +251,9 @@ def main():
     parser.add_argument("--save_hf", default="", help="write each variant's final weights to SAVE_HF/<variant> "
                         "(an HF dir with the tiny tokenizer: --config.model.hf_path / --sft_init take it)")
     args = parser.parse_args()
+    if args.filler and args.filler + 200 > args.seq:  # a lookup problem is up to ~200 tokens besides its filler
+        raise SystemExit(f"--filler={args.filler} leaves no room for a problem in --seq={args.seq} tokens: "
+                         f"use --seq {args.filler + 256} or more")
     variants = [v for v in args.variants.split(",") if v]
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
