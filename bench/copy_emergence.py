@@ -38,6 +38,7 @@ on other rows (e.g. with `--filler`) without training.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -59,7 +60,7 @@ import sft as sft_config  # noqa: E402  (configs/sft.py)
 from reterm_jax.data.tokenizer import TINY_TOKENIZER_DIR, load_tokenizer  # noqa: E402
 from reterm_jax.model.config import Qwen3_5Config  # noqa: E402
 from reterm_jax.model.decoder import Qwen3_5ForCausalLM  # noqa: E402
-from reterm_jax.model.hf_io import save_pretrained  # noqa: E402
+from reterm_jax.model.hf_io import load_pretrained, save_pretrained  # noqa: E402
 from reterm_jax.parallel.mesh import make_mesh  # noqa: E402
 from reterm_jax.train.optimizer import make_optimizer  # noqa: E402
 from reterm_jax.train.state import create_train_state, replicated, train_state_shardings  # noqa: E402
@@ -194,7 +195,16 @@ def make_predict(graphdef):
     return predict
 
 
-def build(variant: str, seed: int, mesh, optim):
+@dataclasses.dataclass
+class Variant:
+    state: object        # its TrainState (donated and replaced every step)
+    step: object         # its jitted train step
+    predict: object      # make_predict(graphdef)
+    graphdef: object
+    n_params: int
+
+
+def build(variant: str, seed: int, mesh, optim) -> Variant:
     overrides = dict(sft_config.get_config("tiny").model.overrides)
     overrides.update(VARIANTS[variant])
     config = Qwen3_5Config.tiny(**overrides)
@@ -206,7 +216,7 @@ def build(variant: str, seed: int, mesh, optim):
     state = create_train_state(params, tx, shardings, seed=seed)
     step = make_train_step(graphdef, tx, schedule, micro_batches=1, mesh=mesh, shardings=shardings)
     n_params = sum(x.size for x in jax.tree.leaves(params))
-    return state, step, make_predict(graphdef), n_params, graphdef
+    return Variant(state, step, make_predict(graphdef), graphdef, n_params)
 
 
 def save_hf(graphdef, params, out_dir: str) -> None:
@@ -217,16 +227,22 @@ def save_hf(graphdef, params, out_dir: str) -> None:
     print(f"wrote {out_dir}")
 
 
+def eval_rows(args, vocab) -> dict:
+    """The scored rows: their own seed, so every variant and every --score call sees the same ones."""
+    return make_batch(np.random.default_rng(10_000 + args.seed), vocab, args.task, args.eval_rows, args.seq,
+                      args.max_len, args.filler)
+
+
+def describe(s: dict) -> str:
+    return (f"value tokens {s['tokens']:6.1%}  whole {s['whole']:6.1%} of {s['values']}"
+            + "".join(f"; {k} {s[k]['tokens']:.1%} / {s[k]['whole']:.1%}" for k in ("repeat", "lookup") if k in s))
+
+
 def score_saved(args, vocab) -> None:
-    from reterm_jax.model.hf_io import load_pretrained
     graphdef, params = nnx.split(load_pretrained(args.score, jnp.float32), nnx.Param)
     predict = make_predict(graphdef)
-    batch = make_batch(np.random.default_rng(10_000 + args.seed), vocab, args.task, args.eval_rows, args.seq,
-                       args.max_len, args.filler)
-    s = score(predict, params, batch, args.task)
-    print(f"{args.score}: {args.task}, filler {args.filler}: value tokens {s['tokens']:.1%}, whole {s['whole']:.1%} "
-          f"of {s['values']}" + "".join(f"; {k} {s[k]['tokens']:.1%} / {s[k]['whole']:.1%}"
-                                        for k in ("repeat", "lookup") if k in s))
+    print(f"{args.score}: {args.task}, filler {args.filler}: "
+          f"{describe(score(predict, params, eval_rows(args, vocab), args.task))}")
 
 
 def main():
@@ -266,11 +282,10 @@ def main():
         return score_saved(args, vocab)
     optim = sft_config.get_config("tiny").optim
     optim.lr, optim.decay_steps = args.lr, args.steps
-    models = {v: list(build(v, args.seed, mesh, optim)) for v in variants}
-    for v, (_, _, _, n, _) in models.items():
-        print(f"{v}: {n / 1e6:.2f} M params")
-    eval_batch = make_batch(np.random.default_rng(10_000 + args.seed), vocab, args.task, args.eval_rows,
-                            args.seq, args.max_len, args.filler)
+    models = {v: build(v, args.seed, mesh, optim) for v in variants}
+    for v, m in models.items():
+        print(f"{v}: {m.n_params / 1e6:.2f} M params")
+    eval_batch = eval_rows(args, vocab)
     rng = np.random.default_rng(args.seed)
     history = {v: [] for v in variants}
     seconds = {v: 0.0 for v in variants}
@@ -278,16 +293,13 @@ def main():
         batch = put_batch(make_batch(rng, vocab, args.task, args.batch, args.seq, args.max_len, args.filler), mesh)
         for v, m in models.items():
             t0 = time.perf_counter()
-            m[0], metrics = m[1](m[0], batch)
+            m.state, metrics = m.step(m.state, batch)
             loss = float(metrics["loss"])
             seconds[v] += time.perf_counter() - t0
             if step % args.eval_every == 0 or step == args.steps:
-                s = score(m[2], m[0].params, eval_batch, args.task)
+                s = score(m.predict, m.state.params, eval_batch, args.task)
                 history[v].append({"step": step, "loss": loss, **s, "train_s": round(seconds[v], 1)})
-                print(f"step {step:5d} {v:9s} loss {loss:.3f}  value tokens {s['tokens']:6.1%}  "
-                      f"whole {s['whole']:6.1%} of {s['values']}  ({seconds[v]:.0f} s)"
-                      + "".join(f"; {k} {s[k]['tokens']:.1%} / {s[k]['whole']:.1%}" for k in ("repeat", "lookup") if k in s),
-                      flush=True)
+                print(f"step {step:5d} {v:9s} loss {loss:.3f}  {describe(s)}  ({seconds[v]:.0f} s)", flush=True)
     print(f"\n| step | " + " | ".join(f"{v}: tokens / whole" for v in variants) + " |")
     print("|---|" + "---|" * len(variants))
     for i, h in enumerate(history[variants[0]]):
@@ -296,7 +308,7 @@ def main():
     print("chance: 1/39 = 2.6% a token")
     if args.save_hf:
         for v, m in models.items():
-            save_hf(m[4], m[0].params, os.path.join(args.save_hf, v))
+            save_hf(m.graphdef, m.state.params, os.path.join(args.save_hf, v))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "history": history}, f, indent=1)
