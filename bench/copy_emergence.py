@@ -16,8 +16,9 @@ names). Two kinds, `--task`:
            order followed by `=`: the model must find the key and write its value (the first
            value character is a lookup, the rest a copy): what a fix's command needs.
   mix      even rows repeat, odd rows lookup.
-`--filler N` puts up to N random characters between a source and where it is copied (the
-task's names sit 1,000+ tokens back among other letters).
+`--filler N` puts up to N random characters between a source and where it is copied (in the
+ini-retarget rows a name's nearest earlier copy is a median 410 tokens back, 90th percentile
+670, among other letters: `bench/copy_loss.py --rows ...` reports it).
 
 Scores: `tokens`, greedy-right value tokens; `whole`, values right in every token; both on
 `--eval_rows` fresh rows (their own seed). Every variant sees the same training batches and the
@@ -29,6 +30,8 @@ Variants (overrides of configs/sft.py's tiny preset: hidden 128, DeltaNet + atte
   preset   as is;  attn2  two full-attention layers;  attn_dn  attention, then DeltaNet;
   dn_attn2  DeltaNet + two attention layers;
   wide     hidden 256, intermediate 768, 8 heads (one DeltaNet + one attention layer).
+`--partial_rotary F` rotates that share of each attention head's dims in every variant (the
+preset: 1.0; run 8 measured 0.25, the 9B's share, which leaves a 32-dim head four frequencies).
 Prints one line per evaluation and a table at the end; asserts nothing. Runs on the CPU unless
 JAX_PLATFORMS says otherwise (`JAX_PLATFORMS=cuda` on a GPU machine: the long runs the 2-core CPU
 cannot afford). `--save_hf DIR` keeps each variant's weights as an HF dir for
@@ -204,9 +207,11 @@ class Variant:
     n_params: int
 
 
-def build(variant: str, seed: int, mesh, optim) -> Variant:
+def build(variant: str, seed: int, mesh, optim, partial_rotary: float | None = None) -> Variant:
     overrides = dict(sft_config.get_config("tiny").model.overrides)
     overrides.update(VARIANTS[variant])
+    if partial_rotary is not None:
+        overrides["partial_rotary_factor"] = partial_rotary
     config = Qwen3_5Config.tiny(**overrides)
     model = Qwen3_5ForCausalLM(config, rngs=nnx.Rngs(seed))
     graphdef, params = nnx.split(model, nnx.Param)
@@ -255,7 +260,10 @@ def main():
     parser.add_argument("--max_len", type=int, default=16, help="longest repeated string / value")
     parser.add_argument("--filler", type=int, default=0,
                         help="up to this many random characters between a source and its copy (a task's name "
-                             "sits 1,000+ tokens back, among other letters); keep it below --seq")
+                             "sits 400-700 tokens back, among other letters); keep it below --seq")
+    parser.add_argument("--partial_rotary", type=float, default=None,
+                        help="share of each attention head's dims RoPE rotates, for every variant (default: the "
+                             "preset's, 1.0; run 8 ran with 0.25, the 9B's)")
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--eval_every", type=int, default=250)
     parser.add_argument("--eval_rows", type=int, default=64)
@@ -275,14 +283,15 @@ def main():
     if unknown:
         raise SystemExit(f"--variants: unknown {unknown}; choose from {sorted(VARIANTS)}")
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, jax {jax.__version__}; "
-          f"task {args.task}, {args.batch} rows x {args.seq} tokens a step, lr {args.lr}, {args.steps} steps")
+          f"task {args.task}, {args.batch} rows x {args.seq} tokens a step, lr {args.lr}, {args.steps} steps, "
+          f"RoPE on {args.partial_rotary if args.partial_rotary is not None else 'the preset share'} of each head")
 
     vocab, mesh = Vocab(), make_mesh()
     if args.score:
         return score_saved(args, vocab)
     optim = sft_config.get_config("tiny").optim
     optim.lr, optim.decay_steps = args.lr, args.steps
-    models = {v: build(v, args.seed, mesh, optim) for v in variants}
+    models = {v: build(v, args.seed, mesh, optim, args.partial_rotary) for v in variants}
     for v, m in models.items():
         print(f"{v}: {m.n_params / 1e6:.2f} M params")
     eval_batch = eval_rows(args, vocab)
