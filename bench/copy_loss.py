@@ -13,8 +13,15 @@ per kind of value (number: a port or a count; name: anything else), the occurren
 token is greedy-right (`by_kind`, with the kind's token loss and accuracy): a fix needs whole
 values, so this is nearer to what a recovery needs.
 
+Without `--ckpt` it scores no model and reports what the rows ask of one (`copy_source`, per
+row file and kind): how many value occurrences have their exact target tokens earlier in the row
+(a token-for-token copy is possible: the tokenizer did not split the value differently where it
+was read), how many have all but their first token there, and how far back (tokens) the nearest
+earlier copy sits: the distance a copier must reach.
+
     python bench/copy_loss.py --ckpt OUT/sft/checkpoints --steps 1500,3000 \
         --rows train=OUT/demos.jsonl --rows val=OUT/val_demos.jsonl [--max_rows 64]
+    python bench/copy_loss.py --rows novel=OUT/demos_novel.jsonl      # the rows only
 
 Prints one JSON object; asserts nothing.
 """
@@ -101,13 +108,49 @@ def value_spans(tokens: np.ndarray, loss_mask: np.ndarray, values: list[str], to
     return spans
 
 
+def last_before(tokens: np.ndarray, seq: np.ndarray, end: int) -> int:
+    """Start of the last occurrence of `seq` in tokens[:end], or -1."""
+    n = len(seq)
+    if n == 0 or end < n:
+        return -1
+    windows = np.lib.stride_tricks.sliding_window_view(tokens[:end], n)
+    hits = np.nonzero((windows == seq).all(axis=1))[0]
+    return int(hits[-1]) if len(hits) else -1
+
+
+def copy_source(encoded_rows, tokenizer) -> dict:
+    """Per kind of value: occurrences in target tokens; those whose exact tokens (`exact`), or
+    all but the first (`but_first`), occur earlier in the row; the distance back to the nearest
+    exact earlier copy (tokens: median, 10th and 90th percentile)."""
+    out: dict[str, dict] = {}
+    for ex, values in encoded_rows:
+        tokens = np.asarray(ex.tokens)
+        for kind, idx in value_spans(tokens, ex.loss_mask, values, tokenizer):
+            seq = tokens[idx[0]:idx[-1] + 1]
+            k = out.setdefault(kind, {"occurrences": 0, "exact": 0, "but_first": 0, "back": []})
+            k["occurrences"] += 1
+            j = last_before(tokens, seq, int(idx[0]))
+            if j >= 0:
+                k["exact"] += 1
+                k["back"].append(int(idx[0]) - j)
+            k["but_first"] += last_before(tokens, seq[1:], int(idx[0]) + 1) >= 0 if len(seq) > 1 else j >= 0
+    for k in out.values():
+        back = k.pop("back")
+        k["back_tokens"] = ({q: int(np.percentile(back, p)) for q, p in (("p10", 10), ("median", 50), ("p90", 90))}
+                            if back else None)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--ckpt", required=True, help="an SFT run's checkpoints dir (holds config.json and STEP/)")
-    ap.add_argument("--steps", required=True, help="comma-separated checkpoint steps")
+    ap.add_argument("--ckpt", default="", help="an SFT run's checkpoints dir (holds config.json and STEP/); "
+                    "none: report only where the rows' values can be copied from (copy_source)")
+    ap.add_argument("--steps", default="", help="comma-separated checkpoint steps (with --ckpt)")
     ap.add_argument("--rows", action="append", required=True, metavar="NAME=JSONL", help="demonstration rows")
     ap.add_argument("--max_rows", type=int, default=64, help="rows per file (the first ones)")
     args = ap.parse_args()
+    if bool(args.ckpt) != bool(args.steps):
+        ap.error("--ckpt and --steps go together (or neither: the rows' copy sources only)")
     import jax
     import jax.numpy as jnp
     from flax import nnx
@@ -134,8 +177,10 @@ def main() -> int:
         tgt = ids[0, 1:]
         return jnp.take_along_axis(lp, tgt[:, None], axis=-1)[:, 0], jnp.argmax(logits, axis=-1) == tgt
 
-    result = {"ckpt": args.ckpt, "constant_quotes": {fam: sorted(qs) for fam, qs in constant.items()}}
-    for step in [int(s) for s in args.steps.split(",")]:
+    result = {"ckpt": args.ckpt, "constant_quotes": {fam: sorted(qs) for fam, qs in constant.items()},
+              "copy_source": {name: copy_source(rows, tok) for name, rows in encoded.items()}}
+    print(f"copy sources: {result['copy_source']}", file=sys.stderr)
+    for step in [int(s) for s in args.steps.split(",") if s]:
         model = restore_model(os.path.join(args.ckpt, str(step)), config_dir=args.ckpt)
         for name, rows in encoded.items():
             acc = {"value": [0.0, 0, 0], "other": [0.0, 0, 0]}  # nll sum, correct, count
