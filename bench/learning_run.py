@@ -140,6 +140,8 @@ def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, sta
         if not init.exists():
             _hf_from_step(out / "sft" / "checkpoints", first[-1], init)
         _sft_phase(out, args, limits, demos, state, save, init=init)
+        for key in ("val_scores", "fit_scores"):  # scored before the restart existed: score its candidates too
+            state["sft"].pop(key, None)
     rescored = "val_scores" not in state["sft"]
     if rescored:
         fit = dirs["train"][::max(1, len(dirs["train"]) // max(1, len(dirs["val"])))][:len(dirs["val"])]
