@@ -16,8 +16,8 @@ values, so this is nearer to what a recovery needs.
 Without `--ckpt` it scores no model and reports what the rows ask of one (`copy_source`, per
 row file and kind): how many value occurrences have their exact target tokens earlier in the row
 (a token-for-token copy is possible: the tokenizer did not split the value differently where it
-was read), how many have all but their first token there, and how far back (tokens) the nearest
-earlier copy sits: the distance a copier must reach.
+was read), and how far back (tokens) the nearest earlier copy sits: the distance a copier must
+reach.
 
     python bench/copy_loss.py --ckpt OUT/sft/checkpoints --steps 1500,3000 \
         --rows train=OUT/demos.jsonl --rows val=OUT/val_demos.jsonl [--max_rows 64]
@@ -119,21 +119,20 @@ def last_before(tokens: np.ndarray, seq: np.ndarray, end: int) -> int:
 
 
 def copy_source(encoded_rows, tokenizer) -> dict:
-    """Per kind of value: occurrences in target tokens; those whose exact tokens (`exact`), or
-    all but the first (`but_first`), occur earlier in the row; the distance back to the nearest
-    exact earlier copy (tokens: median, 10th and 90th percentile)."""
+    """Per kind of value: occurrences in target tokens; those whose exact tokens occur earlier in
+    the row (`exact`); the distance back to the nearest such copy (tokens: median, 10th and 90th
+    percentile)."""
     out: dict[str, dict] = {}
     for ex, values in encoded_rows:
         tokens = np.asarray(ex.tokens)
         for kind, idx in value_spans(tokens, ex.loss_mask, values, tokenizer):
             seq = tokens[idx[0]:idx[-1] + 1]
-            k = out.setdefault(kind, {"occurrences": 0, "exact": 0, "but_first": 0, "back": []})
+            k = out.setdefault(kind, {"occurrences": 0, "exact": 0, "back": []})
             k["occurrences"] += 1
             j = last_before(tokens, seq, int(idx[0]))
             if j >= 0:
                 k["exact"] += 1
                 k["back"].append(int(idx[0]) - j)
-            k["but_first"] += last_before(tokens, seq[1:], int(idx[0]) + 1) >= 0 if len(seq) > 1 else j >= 0
     for k in out.values():
         back = k.pop("back")
         k["back_tokens"] = ({q: int(np.percentile(back, p)) for q, p in (("p10", 10), ("median", 50), ("p90", 90))}
