@@ -118,14 +118,14 @@ def last_before(tokens: np.ndarray, seq: np.ndarray, end: int) -> int:
     return int(hits[-1]) if len(hits) else -1
 
 
-def copy_source(encoded_rows, tokenizer) -> dict:
+def copy_source(encoded_rows) -> dict:
     """Per kind of value: occurrences in target tokens; those whose exact tokens occur earlier in
     the row (`exact`); the distance back to the nearest such copy (tokens: median, 10th and 90th
     percentile)."""
     out: dict[str, dict] = {}
-    for ex, values in encoded_rows:
+    for ex, spans in encoded_rows:
         tokens = np.asarray(ex.tokens)
-        for kind, idx in value_spans(tokens, ex.loss_mask, values, tokenizer):
+        for kind, idx in spans:
             seq = tokens[idx[0]:idx[-1] + 1]
             k = out.setdefault(kind, {"occurrences": 0, "exact": 0, "back": []})
             k["occurrences"] += 1
@@ -166,8 +166,11 @@ def main() -> int:
             ap.error(f"--rows {spec!r}: give NAME=PATH of an existing JSONL file")
         files[name] = [json.loads(line) for line in open(path)][:args.max_rows]
     constant = constant_quotes([r for rows in files.values() for r in rows])
-    encoded = {name: [(encode_example(r, tok), quoted_values(r, constant[family(r)])) for r in rows]
-               for name, rows in files.items()}
+    def with_spans(row):  # (encoded row, its value spans), found once for every checkpoint scored
+        ex = encode_example(row, tok)
+        return ex, value_spans(ex.tokens, ex.loss_mask, quoted_values(row, constant[family(row)]), tok)
+
+    encoded = {name: [with_spans(r) for r in rows] for name, rows in files.items()}
 
     @nnx.jit
     def logprobs(model, ids):
@@ -177,15 +180,14 @@ def main() -> int:
         return jnp.take_along_axis(lp, tgt[:, None], axis=-1)[:, 0], jnp.argmax(logits, axis=-1) == tgt
 
     result = {"ckpt": args.ckpt, "constant_quotes": {fam: sorted(qs) for fam, qs in constant.items()},
-              "copy_source": {name: copy_source(rows, tok) for name, rows in encoded.items()}}
+              "copy_source": {name: copy_source(rows) for name, rows in encoded.items()}}
     print(f"copy sources: {result['copy_source']}", file=sys.stderr)
     for step in [int(s) for s in args.steps.split(",") if s]:
         model = restore_model(os.path.join(args.ckpt, str(step)), config_dir=args.ckpt)
         for name, rows in encoded.items():
             acc = {"value": [0.0, 0, 0], "other": [0.0, 0, 0]}  # nll sum, correct, count
             whole: dict[str, list] = {}  # kind -> [occurrences all greedy-right, occurrences, nll sum, right tokens, tokens]
-            for ex, values in rows:
-                spans = value_spans(ex.tokens, ex.loss_mask, values, tok)
+            for ex, spans in rows:
                 vmask = np.zeros(len(ex.tokens), bool)
                 for _, idx in spans:
                     vmask[idx] = True
