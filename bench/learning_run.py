@@ -2,7 +2,7 @@
 
     python bench/learning_run.py --out runs/learning [--train 48] [--val 16] [--heldout 64] [--samples 4]
         [--sft_candidates 400,800,1200] [--grpo_steps 20] [--jobs 3] [--families all|NAME,...]
-        [--faults_per_task N] [--sft_batch B] [--sft_restart STEPS@LR] [--sft_init HF_DIR] [--sft_lr LR]
+        [--faults_per_task N] [--sft_batch B] [--sft_restart STEPS@LR ...] [--sft_init HF_DIR] [--sft_lr LR]
         [--novel_train N] [--val_split train|novel] [--grpo_train N] [--grpo_split train|novel]
         [--stop_after_warm_start] [--set rollout.group_size=8 ...]
 
@@ -16,9 +16,9 @@ Stages (each one's output is reused when it is there: rerun the same command to 
     the longest row (none truncated), checkpoints at each --sft_candidates step; each candidate is
     scored on `val` (recovery from the scripted fault, 1 sample per task); by --warm_start_rule
     (signal: the score nearest 0.5 among those that recover; best: the highest), ties to the
-    earliest, one is the warm start, exported to OUT/warm_start_hf. --sft_restart adds a second
-    phase (OUT/sft_restart) from the last candidate's weights with a new schedule, whose
-    checkpoints are candidates too. The held-out split plays no part in any choice.
+    earliest, one is the warm start, exported to OUT/warm_start_hf. Each --sft_restart adds a
+    phase (OUT/sft_restart, OUT/sft_restart2, ...) from the previous phase's last weights with a
+    new schedule, whose checkpoints are candidates too. The held-out split plays no part in any choice.
  4. OUT/grpo: configs/grpo.py:tiny from the warm start on the train instances (--grpo_train N:
     on N other instances of --grpo_split, OUT/tasks/grpo, that no demonstration showed); failure
     bank from their scripted faults, rollout limits covering the longest demonstration -> OUT/grpo_hf.
@@ -79,13 +79,15 @@ def _hf_from_step(ckpt_dir: Path, step: int, out_dir: Path) -> None:
     copy_tokenizer_files(TINY_TOKENIZER_DIR, str(out_dir))
 
 
-RESTART_WARMUP, RESTART_END_RATIO = 20, 0.3  # the second SFT phase's schedule (--sft_restart)
+RESTART_WARMUP, RESTART_END_RATIO = 20, 0.3  # each restart phase's schedule (--sft_restart)
 
 
-def _sft_phase(out: Path, args, limits: dict, demos: Path, state: dict, save, *, init: Path | None = None) -> None:
+def _sft_phase(out: Path, args, limits: dict, demos: Path, state: dict, save, *, init: Path | None = None,
+               phase: int = 0) -> None:
     """One SFT run: the first phase from random weights to the last --sft_candidates step, or (init
-    given) the --sft_restart phase from that checkpoint's weights with fresh Adam moments and a new
-    warmup + cosine schedule: a warm restart, another pass over the rows in another order."""
+    given) the phase-th --sft_restart phase from the previous phase's last weights with fresh Adam
+    moments and a new warmup + cosine schedule: a warm restart, another pass over the rows in
+    another order."""
     from reterm_jax.train import sft
     cfg = sft_config.get_config("tiny")
     cfg.data.path, cfg.data.seq_len, cfg.data.overlong = str(demos), limits["sft_seq_len"], "drop"
@@ -97,8 +99,9 @@ def _sft_phase(out: Path, args, limits: dict, demos: Path, state: dict, save, *,
             cfg.model.hf_path, cfg.data.tokenizer = args.sft_init, args.sft_init
         cfg.optim.lr = args.sft_lr or cfg.optim.lr
     else:
-        steps, lr = learning_report.parse_restart(args.sft_restart)
-        cfg.seed, name = args.seed + 1, "sft_restart"
+        steps, lr = learning_report.parse_restart(args.sft_restart[phase - 1])
+        # another row order per phase (seed + 2 is the control's)
+        cfg.seed, name = args.seed + (1 if phase == 1 else 1 + phase), learning_report.restart_phase(phase)
         cfg.model.hf_path, cfg.data.tokenizer = str(init), str(init)
         cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.end_lr_ratio = lr, RESTART_WARMUP, RESTART_END_RATIO
     cfg.train.steps = steps[-1]
@@ -112,21 +115,24 @@ def _sft_phase(out: Path, args, limits: dict, demos: Path, state: dict, save, *,
     if init is None:
         state["sft"] = {**entry, "init": args.sft_init or None, "rows": str(demos)}
     else:
-        state["sft"]["restart"] = {**entry, "lr": cfg.optim.lr, "warmup_steps": RESTART_WARMUP,
-                                   "end_lr_ratio": RESTART_END_RATIO, "seed": cfg.seed}
+        state["sft"]["restarts"].append({**entry, "lr": cfg.optim.lr, "warmup_steps": RESTART_WARMUP,
+                                         "end_lr_ratio": RESTART_END_RATIO, "seed": cfg.seed})
     _log(f"{name}: {steps[-1]} steps in {entry['train_s']} s; losses at the candidates {entry['loss']}")
     save()  # a rerun must not redo (or lose the token count of) a finished SFT
 
 
 def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, state: dict, save) -> Path:
-    """SFT to the largest candidate step (once), optionally a warm-restarted second phase
-    (--sft_restart), then each candidate scored on the validation slice and, to break ties, on a
-    slice of the train instances it learned from; the one --warm_start_rule picks is exported."""
+    """SFT to the largest candidate step (once), then any warm-restarted
+    phases (--sft_restart, each from the previous phase's last weights), then each candidate not
+    yet scored is scored on the validation slice and, to break ties, on a slice of the train
+    instances it learned from; the one --warm_start_rule picks is exported."""
     from reterm_jax.convert import restore_model
     hf = out / "warm_start_hf"
     first = sorted(int(c) for c in args.sft_candidates.split(","))
-    restart, _ = learning_report.parse_restart(args.sft_restart)
-    cands = learning_report.candidate_steps(first, restart)
+    restarts = [learning_report.parse_restart(spec) for spec in args.sft_restart]
+    cands = learning_report.candidate_steps(first, *(offsets for offsets, _ in restarts))
+    if "restart" in state.get("sft", {}):  # a run from before several restart phases existed
+        state["sft"]["restarts"] = [state["sft"].pop("restart")]
     if "target_tokens" not in state.get("sft", {}):
         _sft_phase(out, args, limits, demos, state, save)
     elif (state["sft"].get("init") or "") != args.sft_init:
@@ -135,29 +141,38 @@ def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, sta
     if state["sft"].get("val_split", "train") != args.val_split:  # scored on another slice: score again
         for key in ("val_scores", "fit_scores"):
             state["sft"].pop(key, None)
-    if restart and "restart" not in state["sft"]:
-        init = out / "sft_restart_init"
+    done = state["sft"].setdefault("restarts", [])
+    if len(done) > len(restarts) or any(d["steps"] != max(offsets) or d["lr"] != lr
+                                        for d, (offsets, lr) in zip(done, restarts)):
+        ran = ", ".join(f"{d['steps']} steps at peak LR {d['lr']:g}" for d in done) or "none"
+        sys.exit(f"--sft_restart {' '.join(args.sft_restart) or '(none)'} does not extend the restart phases OUT/sft "
+                 f"ran ({ran}): repeat those, in order, then add new ones; or use a new --out")
+    ends = [first[-1]] + [first[-1] + sum(max(o) for o, _ in restarts[:k]) for k in range(1, len(restarts))]
+    for k in range(len(done) + 1, len(restarts) + 1):
+        init = out / f"{learning_report.restart_phase(k)}_init"
         if not init.exists():
-            _hf_from_step(out / "sft" / "checkpoints", first[-1], init)
-        _sft_phase(out, args, limits, demos, state, save, init=init)
-        for key in ("val_scores", "fit_scores"):  # scored before the restart existed: score its candidates too
-            state["sft"].pop(key, None)
-    rescored = "val_scores" not in state["sft"]
-    if rescored:
+            prev, last = cands[ends[k - 1]]  # the previous phase's last checkpoint
+            _hf_from_step(out / prev / "checkpoints", last, init)
+        _sft_phase(out, args, limits, demos, state, save, init=init, phase=k)
+    val_scores = {int(k): v for k, v in state["sft"].get("val_scores", {}).items()}
+    fit_scores = {int(k): v for k, v in state["sft"].get("fit_scores", {}).items()}
+    todo = [step for step in sorted(cands) if step not in val_scores or step not in fit_scores]
+    rescored = bool(todo)
+    if rescored:  # the candidates not yet scored (a phase added to a scored run: its own only)
         fit = dirs["train"][::max(1, len(dirs["train"]) // max(1, len(dirs["val"])))][:len(dirs["val"])]
-        val_scores, fit_scores = {}, {}
-        for step, (phase, local) in sorted(cands.items()):
+        for step in todo:
+            phase, local = cands[step]
             ckpt = out / phase / "checkpoints"
             policy = model_policy(gcfg, model=restore_model(str(ckpt / str(local)), config_dir=str(ckpt)))
             for name, tasks, scores in (("validation", dirs["val"], val_scores), ("train fit", fit, fit_scores)):
                 summary, _ = evaluate(policy, tasks, samples=1, jobs=args.jobs, protocols=(FAULT_RECOVERY,))
                 scores[step] = summary[FAULT_RECOVERY]["score"]
                 _log(f"{name} ({len(tasks)} tasks): SFT step {step}: fault-recovery {scores[step]:.3f}")
-        state["sft"].update(val_scores=val_scores, fit_scores=fit_scores, val_split=args.val_split)
+            state["sft"].update(val_scores=val_scores, fit_scores=fit_scores, val_split=args.val_split)
+            save()  # a candidate's scores survive an interrupted run
     if rescored or state["sft"].get("chosen_step") is None or state["sft"].get("rule", "best") != args.warm_start_rule:
-        as_int = lambda d: {int(k): v for k, v in d.items()}  # noqa: E731 - JSON keys are strings
-        chosen = learning_report.pick_warm_start(as_int(state["sft"]["val_scores"]), as_int(state["sft"]["fit_scores"]),
-                                                 rule=args.warm_start_rule)
+        only = lambda d: {k: v for k, v in d.items() if k in cands}  # noqa: E731 - phases given now
+        chosen = learning_report.pick_warm_start(only(val_scores), only(fit_scores), rule=args.warm_start_rule)
         if state["sft"].get("chosen_step") is not None and int(state["sft"]["chosen_step"]) != chosen:
             later = [k for k in ("grpo", "control") if k in state]
             if later:  # they started from the other warm start: never mix the two
@@ -196,16 +211,16 @@ def _warm_start_lr(state: dict) -> float:
     import ml_collections
 
     from reterm_jax.train.optimizer import lr_schedule
-    chosen, restart = int(state["sft"]["chosen_step"]), state["sft"].get("restart")
-    base = sft_config.get_config("tiny").optim
-    if restart and chosen > state["sft"]["steps"]:
-        opt = dict(lr=restart["lr"], warmup_steps=restart["warmup_steps"], end_lr_ratio=restart["end_lr_ratio"],
-                   decay_steps=restart["steps"])
-        step = chosen - state["sft"]["steps"]
-    else:
-        opt = dict(lr=state["sft"].get("lr", base.lr), warmup_steps=base.warmup_steps, end_lr_ratio=base.end_lr_ratio,
-                   decay_steps=state["sft"]["steps"])
-        step = chosen
+    chosen, base = int(state["sft"]["chosen_step"]), sft_config.get_config("tiny").optim
+    opt = dict(lr=state["sft"].get("lr", base.lr), warmup_steps=base.warmup_steps, end_lr_ratio=base.end_lr_ratio,
+               decay_steps=state["sft"]["steps"])
+    step, end = chosen, state["sft"]["steps"]
+    for phase in state["sft"].get("restarts", []):  # the phase the chosen step belongs to
+        if chosen <= end:
+            break
+        opt = dict(lr=phase["lr"], warmup_steps=phase["warmup_steps"], end_lr_ratio=phase["end_lr_ratio"],
+                   decay_steps=phase["steps"])
+        step, end = chosen - end, end + phase["steps"]
     return float(lr_schedule(ml_collections.ConfigDict(opt))(step))
 
 
@@ -260,11 +275,12 @@ def main() -> None:
                         "model never saw: measures copying, as held-out names need, without the held-out pools)")
     p.add_argument("--sft_batch", type=int, default=1,
                    help="packed rows per SFT step (run 3: 4 rows a step start copying the instance's values, 1 does not)")
-    p.add_argument("--sft_restart", default="", metavar="STEPS@LR",
-                   help="a second SFT phase after the last candidate: from its weights, fresh Adam, "
-                        f"{RESTART_WARMUP} warmup steps to this peak LR, cosine to {RESTART_END_RATIO}x; its "
-                        "checkpoints at these steps (counted on from the first phase) are candidates too, "
-                        "e.g. 1500,3000@1e-3 (run 6: where the tiny model learned to copy ports)")
+    p.add_argument("--sft_restart", action="append", default=[], metavar="STEPS@LR",
+                   help="a further SFT phase after the previous one's last step (repeatable; the first after the "
+                        f"last candidate): from its weights, fresh Adam, {RESTART_WARMUP} warmup steps to this peak "
+                        f"LR, cosine to {RESTART_END_RATIO}x; its checkpoints at these steps (counted on from the "
+                        "previous phase) are candidates too, e.g. 1500,3000@1e-3 (run 6: where the tiny model "
+                        "learned to copy ports); give the phases a run already has again, in order, to add one")
     p.add_argument("--warm_start_rule", default="signal", choices=learning_report.WARM_START_RULES,
                    help="which SFT candidate starts GRPO, by its validation score: signal = nearest 0.5 among "
                         "those that recover (GRPO's groups then disagree), best = the highest")
@@ -304,7 +320,8 @@ def main() -> None:
     if args.sft_batch < 1:
         sys.exit(f"--sft_batch={args.sft_batch}: use 1 or more packed rows a step")
     try:
-        learning_report.parse_restart(args.sft_restart)
+        for spec in args.sft_restart:
+            learning_report.parse_restart(spec)
     except ValueError as e:
         sys.exit(str(e))
     if args.faults_per_task < 0:

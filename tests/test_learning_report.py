@@ -38,6 +38,10 @@ def test_sft_restart_spec_and_candidates():
     assert lr.candidate_steps([3000, 2000], (1500, 3000)) == {
         2000: ("sft", 2000), 3000: ("sft", 3000), 4500: ("sft_restart", 1500), 6000: ("sft_restart", 3000)}
     assert lr.candidate_steps([400], ()) == {400: ("sft", 400)}
+    # further phases count on from the previous phase's last step, each in its own run dir
+    assert lr.candidate_steps([800], (400, 800), (400, 800)) == {
+        800: ("sft", 800), 1200: ("sft_restart", 400), 1600: ("sft_restart", 800),
+        2000: ("sft_restart2", 400), 2400: ("sft_restart2", 800)}
 
 
 def test_limits_cover_the_longest_row_and_recovery():

@@ -1,7 +1,7 @@
 """The learning run's bookkeeping (bench/learning_run.py): pure functions over evaluation summaries.
 
     pick_warm_start   the SFT candidate a validation slice of the train split prefers
-    parse_restart     --sft_restart OFFSETS@LR (a second, warm-restarted SFT phase); candidate_steps
+    parse_restart     --sft_restart OFFSETS@LR (a further, warm-restarted SFT phase); candidate_steps
     run_limits        rollout/row limits that cover the demonstration rows (longest_run: a row's longest turn)
     result            the result.json object (held-out scores, paired gains with bootstrap CIs)
     plot              learning.png: reward per GRPO step, the three evaluations with intervals
@@ -60,12 +60,20 @@ def parse_restart(spec: str) -> tuple[tuple[int, ...], float]:
     return offsets, peak
 
 
-def candidate_steps(first: list[int], restart: tuple[int, ...]) -> dict[int, tuple[str, int]]:
+def restart_phase(k: int) -> str:
+    """The run directory (and state key) of the k-th warm-restarted SFT phase, k = 1, 2, ..."""
+    return "sft_restart" if k == 1 else f"sft_restart{k}"
+
+
+def candidate_steps(first: list[int], *restarts: tuple[int, ...]) -> dict[int, tuple[str, int]]:
     """Total SFT step -> (phase, step within that phase's run): the first phase's candidates, then
-    the second phase's, counted on from the first phase's last step."""
+    each restart phase's (`--sft_restart`, in order), counted on from the previous phase's last step."""
     first = sorted(first)
     out = {s: ("sft", s) for s in first}
-    out.update({first[-1] + o: ("sft_restart", o) for o in restart})
+    end = first[-1]
+    for k, offsets in enumerate((r for r in restarts if r), start=1):
+        out.update({end + o: (restart_phase(k), o) for o in offsets})
+        end += max(offsets)
     return out
 
 
