@@ -11,7 +11,9 @@ copies has about the same value loss on both; one that memorised values per inst
 only on the first; one that learned neither guesses from the pool on both. It also counts,
 per kind of value (number: a port or a count; name: anything else), the occurrences whose every
 token is greedy-right (`by_kind`, with the kind's token loss and accuracy): a fix needs whole
-values, so this is nearer to what a recovery needs.
+values, so this is nearer to what a recovery needs. It splits the accuracy into a value's first
+token (a lookup: which value belongs here) and the rest (continuing a copy once begun), and
+`--show N` prints N occurrences per file and step with what greedy decoding writes instead.
 
 Without `--ckpt` it scores no model and reports what the rows ask of one (`copy_source`, per
 row file and kind): how many value occurrences have their exact target tokens earlier in the row
@@ -20,7 +22,7 @@ was read), and how far back (tokens) the nearest earlier copy sits: the distance
 reach.
 
     python bench/copy_loss.py --ckpt OUT/sft/checkpoints --steps 1500,3000 \
-        --rows train=OUT/demos.jsonl --rows val=OUT/val_demos.jsonl [--max_rows 64]
+        --rows train=OUT/demos.jsonl --rows val=OUT/val_demos.jsonl [--max_rows 64] [--show 16]
     python bench/copy_loss.py --rows novel=OUT/demos_novel.jsonl      # the rows only
 
 Prints one JSON object; asserts nothing.
@@ -147,6 +149,8 @@ def main() -> int:
     ap.add_argument("--steps", default="", help="comma-separated checkpoint steps (with --ckpt)")
     ap.add_argument("--rows", action="append", required=True, metavar="NAME=JSONL", help="demonstration rows")
     ap.add_argument("--max_rows", type=int, default=64, help="rows per file (the first ones)")
+    ap.add_argument("--show", type=int, default=0,
+                    help="print this many value occurrences per file and step (stderr): the value, what greedy writes")
     args = ap.parse_args()
     if bool(args.ckpt) != bool(args.steps):
         ap.error("--ckpt and --steps go together (or neither: the rows' copy sources only)")
@@ -177,7 +181,7 @@ def main() -> int:
         logits = model(ids)[0, :-1]
         lp = jax.nn.log_softmax(logits, axis=-1)
         tgt = ids[0, 1:]
-        return jnp.take_along_axis(lp, tgt[:, None], axis=-1)[:, 0], jnp.argmax(logits, axis=-1) == tgt
+        return jnp.take_along_axis(lp, tgt[:, None], axis=-1)[:, 0], jnp.argmax(logits, axis=-1)
 
     result = {"ckpt": args.ckpt, "constant_quotes": {fam: sorted(qs) for fam, qs in constant.items()},
               "copy_source": {name: copy_source(rows) for name, rows in encoded.items()}}
@@ -186,34 +190,46 @@ def main() -> int:
         model = restore_model(os.path.join(args.ckpt, str(step)), config_dir=args.ckpt)
         for name, rows in encoded.items():
             acc = {"value": [0.0, 0, 0], "other": [0.0, 0, 0]}  # nll sum, correct, count
-            whole: dict[str, list] = {}  # kind -> [occurrences all greedy-right, occurrences, nll sum, right tokens, tokens]
+            # kind -> [occurrences all greedy-right, occurrences, nll sum, right tokens, tokens, first tokens right]
+            whole: dict[str, list] = {}
+            shown = 0
             for ex, spans in rows:
                 vmask = np.zeros(len(ex.tokens), bool)
                 for _, idx in spans:
                     vmask[idx] = True
                 vmask = vmask[1:]
                 omask = ex.loss_mask[1:] & ~vmask
-                lp, hit = logprobs(model, jnp.asarray(ex.tokens[None], jnp.int32))
-                lp, hit = np.asarray(lp), np.asarray(hit)
+                lp, greedy = logprobs(model, jnp.asarray(ex.tokens[None], jnp.int32))
+                lp, greedy = np.asarray(lp), np.asarray(greedy)
+                hit = greedy == ex.tokens[1:]
                 for kind, m in (("value", vmask), ("other", omask)):
                     acc[kind][0] -= float(lp[m].sum())
                     acc[kind][1] += int(hit[m].sum())
                     acc[kind][2] += int(m.sum())
                 for kind, idx in spans:  # token i is predicted at position i - 1
-                    w = whole.setdefault(kind, [0, 0, 0.0, 0, 0])
+                    w = whole.setdefault(kind, [0, 0, 0.0, 0, 0, 0])
                     w[0] += bool(hit[idx - 1].all())
                     w[1] += 1
                     w[2] -= float(lp[idx - 1].sum())
                     w[3] += int(hit[idx - 1].sum())
                     w[4] += len(idx)
+                    w[5] += bool(hit[idx[0] - 1])
+                    if shown < args.show:  # what the model writes instead, with the teacher's tokens before it
+                        shown += 1
+                        want, got = tok.decode(ex.tokens[idx].tolist()), tok.decode(greedy[idx - 1].tolist())
+                        print(f"step {step} {name} {kind}: {'ok' if want == got else 'XX'} {want!r} -> {got!r}",
+                              file=sys.stderr)
             result[f"{step}/{name}"] = {kind: {"tokens": c, "nll": round(s / max(c, 1), 4),
                                                "greedy_acc": round(k / max(c, 1), 4)}
                                         for kind, (s, k, c) in acc.items()}
-            # a fix needs every token of a value: the share of value occurrences greedy-right whole
+            # a fix needs every token of a value: the share of value occurrences greedy-right whole;
+            # the first token is a lookup (which value goes here), the rest continue a copy once started
             result[f"{step}/{name}"]["by_kind"] = {
                 kind: {"occurrences": n, "whole_greedy_exact": round(k / max(n, 1), 4), "tokens": c,
-                       "nll": round(nll / max(c, 1), 4), "greedy_acc": round(right / max(c, 1), 4)}
-                for kind, (k, n, nll, right, c) in sorted(whole.items())}
+                       "nll": round(nll / max(c, 1), 4), "greedy_acc": round(right / max(c, 1), 4),
+                       "first_token_greedy_acc": round(first / max(n, 1), 4),
+                       "rest_greedy_acc": round((right - first) / max(c - n, 1), 4)}
+                for kind, (k, n, nll, right, c, first) in sorted(whole.items())}
             print(f"step {step} {name}: {result[f'{step}/{name}']}", file=sys.stderr)
     print(json.dumps(result))
     return 0
