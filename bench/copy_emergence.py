@@ -36,7 +36,8 @@ Prints one line per evaluation and a table at the end; asserts nothing. Runs on 
 JAX_PLATFORMS says otherwise (`JAX_PLATFORMS=cuda` on a GPU machine: the long runs the 2-core CPU
 cannot afford). `--save_hf DIR` keeps each variant's weights as an HF dir for
 `bench/learning_run.py --sft_init` (docs/learning.md, run 8); `--score DIR` rescores such weights
-on other rows (e.g. with `--filler`) without training.
+on other rows (e.g. with `--filler`) without training; `--init DIR` trains such weights on (a
+curriculum: `--filler` raised stage by stage, docs/learning.md run 10).
 """
 from __future__ import annotations
 
@@ -207,13 +208,16 @@ class Variant:
     n_params: int
 
 
-def build(variant: str, seed: int, mesh, optim, partial_rotary: float | None = None) -> Variant:
-    overrides = dict(sft_config.get_config("tiny").model.overrides)
-    overrides.update(VARIANTS[variant])
-    if partial_rotary is not None:
-        overrides["partial_rotary_factor"] = partial_rotary
-    config = Qwen3_5Config.tiny(**overrides)
-    model = Qwen3_5ForCausalLM(config, rngs=nnx.Rngs(seed))
+def build(variant: str, seed: int, mesh, optim, partial_rotary: float | None = None, init: str = "") -> Variant:
+    """A variant from random weights, or (init: an HF dir, e.g. an earlier --save_hf) from those weights."""
+    if init:
+        model = load_pretrained(init, jnp.float32)
+    else:
+        overrides = dict(sft_config.get_config("tiny").model.overrides)
+        overrides.update(VARIANTS[variant])
+        if partial_rotary is not None:
+            overrides["partial_rotary_factor"] = partial_rotary
+        model = Qwen3_5ForCausalLM(Qwen3_5Config.tiny(**overrides), rngs=nnx.Rngs(seed))
     graphdef, params = nnx.split(model, nnx.Param)
     params = nnx.to_pure_dict(params)
     tx, schedule = make_optimizer(optim)
@@ -272,6 +276,9 @@ def main():
     parser.add_argument("--score", default="", metavar="HF_DIR",
                         help="train nothing: score these saved weights on --eval_rows fresh rows of --task / --seq / "
                              "--filler (e.g. a copier trained without --filler, on rows with it)")
+    parser.add_argument("--init", default="", metavar="HF_DIR",
+                        help="train on from these weights (fresh Adam) instead of random ones, one variant (its "
+                             "name labels the run): a curriculum, e.g. a copier trained without --filler, then with it")
     parser.add_argument("--save_hf", default="", help="write each variant's final weights to SAVE_HF/<variant> "
                         "(an HF dir with the tiny tokenizer: --config.model.hf_path / --sft_init take it)")
     args = parser.parse_args()
@@ -286,12 +293,15 @@ def main():
           f"task {args.task}, {args.batch} rows x {args.seq} tokens a step, lr {args.lr}, {args.steps} steps, "
           f"RoPE on {args.partial_rotary if args.partial_rotary is not None else 'the preset share'} of each head")
 
+    if args.init and (len(variants) != 1 or args.partial_rotary is not None):
+        raise SystemExit(f"--init={args.init!r} trains those weights on: give one --variants name (the label) and "
+                         "no --partial_rotary (the weights' config decides)")
     vocab, mesh = Vocab(), make_mesh()
     if args.score:
         return score_saved(args, vocab)
     optim = sft_config.get_config("tiny").optim
     optim.lr, optim.decay_steps = args.lr, args.steps
-    models = {v: build(v, args.seed, mesh, optim, args.partial_rotary) for v in variants}
+    models = {v: build(v, args.seed, mesh, optim, args.partial_rotary, args.init) for v in variants}
     for v, m in models.items():
         print(f"{v}: {m.n_params / 1e6:.2f} M params")
     eval_batch = eval_rows(args, vocab)
