@@ -147,11 +147,10 @@ def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, sta
         ran = ", ".join(f"{d['steps']} steps at peak LR {d['lr']:g}" for d in done) or "none"
         sys.exit(f"--sft_restart {' '.join(args.sft_restart) or '(none)'} does not extend the restart phases OUT/sft "
                  f"ran ({ran}): repeat those, in order, then add new ones; or use a new --out")
-    ends = [first[-1]] + [first[-1] + sum(max(o) for o, _ in restarts[:k]) for k in range(1, len(restarts))]
     for k in range(len(done) + 1, len(restarts) + 1):
         init = out / f"{learning_report.restart_phase(k)}_init"
-        if not init.exists():
-            prev, last = cands[ends[k - 1]]  # the previous phase's last checkpoint
+        if not init.exists():  # from the previous phase's last checkpoint
+            prev, last = ("sft", first[-1]) if k == 1 else (learning_report.restart_phase(k - 1), max(restarts[k - 2][0]))
             _hf_from_step(out / prev / "checkpoints", last, init)
         _sft_phase(out, args, limits, demos, state, save, init=init, phase=k)
     val_scores = {int(k): v for k, v in state["sft"].get("val_scores", {}).items()}

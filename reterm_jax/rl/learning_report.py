@@ -61,7 +61,7 @@ def parse_restart(spec: str) -> tuple[tuple[int, ...], float]:
 
 
 def restart_phase(k: int) -> str:
-    """The run directory (and state key) of the k-th warm-restarted SFT phase, k = 1, 2, ..."""
+    """The run directory of the k-th warm-restarted SFT phase (--sft_restart), k = 1, 2, ..."""
     return "sft_restart" if k == 1 else f"sft_restart{k}"
 
 
