@@ -118,7 +118,12 @@ def _made_up(rng: random.Random, length: int) -> str:
 def novel_word(rng: random.Random, pool: str) -> str:
     """One made-up value for word pool `pool`: a train item's shape (its separators and digits
     kept) with each run of letters replaced by a made-up word; never an item of any pool."""
-    template = rng.choice(part(pool, "train"))
+    return made_up_like(rng, rng.choice(part(pool, "train")))
+
+
+def made_up_like(rng: random.Random, template: str) -> str:
+    """`template`'s shape (separators and digits kept) with each run of letters made up anew;
+    never an item of any pool."""
     while True:
         word = re.sub(r"[a-z]+", lambda m: _made_up(rng, len(m.group())), template)
         if word not in _EVERY_ITEM:
