@@ -82,7 +82,7 @@ def quoted_values(row: dict, constant: set[str]) -> list[str]:
         q = q.strip("[]")
         if q not in constant and len(q) >= 2:
             out.append(q)
-    return sorted(set(out), key=len, reverse=True)
+    return sorted(dict.fromkeys(out), key=len, reverse=True)  # longest first; ties in instruction order
 
 
 def value_kind(value: str) -> str:

@@ -18,6 +18,7 @@ Prints how many rows and values it wrote.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -30,10 +31,16 @@ from copy_loss import constant_quotes, family, quoted_values  # noqa: E402  (ben
 from reterm_jax.tasks import pools  # noqa: E402
 
 
+@functools.lru_cache(maxsize=None)
+def _train_numbers(digits: int) -> tuple[str, ...]:
+    """The port pool's train-part numbers with this many digits (split once, not per value)."""
+    return tuple(str(x) for x in pools.part("port", "train") if len(str(x)) == digits)
+
+
 def fresh_value(rng: random.Random, value: str, taken: set[str]) -> str:
     """A new value shaped like `value`: a number of as many digits from the port pool's train part,
     or each run of letters made up anew (pools.made_up_like); never one of `taken`."""
-    numbers = [str(x) for x in pools.part("port", "train") if len(str(x)) == len(value)] if value.isdigit() else []
+    numbers = _train_numbers(len(value)) if value.isdigit() else ()
     while True:
         if value.isdigit():
             new = rng.choice(numbers) if numbers else str(rng.randrange(10 ** (len(value) - 1), 10 ** len(value)))
@@ -59,7 +66,8 @@ def relabel(row: dict, values: list[str], rng: random.Random) -> dict:
 
     out = json.loads(json.dumps(row))
     for m in out["messages"]:
-        m["content"] = sub(m.get("content"))
+        if "content" in m:
+            m["content"] = sub(m["content"])
         for call in m.get("tool_calls") or []:
             fn = call.get("function", call)
             if isinstance(fn.get("arguments"), str):
@@ -87,7 +95,7 @@ def main() -> int:
     with open(args.out, "w") as f:
         for _ in range(args.copies):
             for row in rows:
-                values = list(dict.fromkeys(quoted_values(row, constant[family(row)])))
+                values = quoted_values(row, constant[family(row)])
                 n_values += len(values)
                 f.write(json.dumps(relabel(row, values, rng)) + "\n")
     print(f"wrote {len(rows) * args.copies} rows ({args.copies} per row, {n_values} values renamed) to {args.out}")
