@@ -54,21 +54,17 @@ git add app.ini
 GIT_AUTHOR_DATE='2026-01-05T09:00:00Z' GIT_COMMITTER_DATE='2026-01-05T09:00:00Z' \\
   git -c user.name=ops -c user.email=ops@example.com commit -q -m 'app.ini for {app}'
 """
-    # The values go first, each right after a quote, in the instruction's order: a quote ends a
-    # token, so each value is the same tokens as where the instruction quotes it (after `host = `
-    # the tiny tokenizer would start it with another, space-led token: docs/learning.md, run 11).
     edit = f"""python3 - <<'PY'
 import re
-target, host, port = "{section}", "{new_host}", "{new_port}"
 path, section, out = "/app/config/app.ini", None, []
 for line in open(path):
     m = re.match(r"\\[(.+)\\]\\s*$", line)
     if m:
         section = m.group(1)
-    elif section == target and re.match(r"host\\s*=", line):
-        line = "host = " + host + "\\n"
-    elif section == target and re.match(r"port\\s*=", line):
-        line = "port = " + port + "\\n"
+    elif section == "{section}" and re.match(r"host\\s*=", line):
+        line = "host = {new_host}\\n"
+    elif section == "{section}" and re.match(r"port\\s*=", line):
+        line = "port = {new_port}\\n"
     out.append(line)
 open(path, "w").write("".join(out))
 PY"""
