@@ -7,7 +7,9 @@ steps, so "does variant X copy sooner" is one command's answer, not two runs on 
 
 Rows are raw token ids (no chat template: every position is a copy problem), drawn from the
 tiny tokenizer's 39 value characters (a-z, 0-9, '-', '.', '_': the characters of generated
-names). Two kinds, `--task`:
+names), or with `--values tokens` from its 840 ordinary tokens (space-led letters and merges as
+well: a name in a task row is spelled ' f', 'e', ..., 'ol', 'i', and a copier trained on the 39
+characters alone copies none of the others, docs/learning.md run 12). Two kinds, `--task`:
 
   repeat   a random string (8-`--max_len` chars) between two markers, then the same string
            again; loss and score on the second copy after its first character (the induction
@@ -81,17 +83,31 @@ VARIANTS = {
 
 
 class Vocab:
-    """Token ids of the value characters and the markers, looked up in the tiny tokenizer."""
+    """Token ids of the values and the markers, looked up in the tiny tokenizer.
 
-    def __init__(self):
+    values="chars": the 39 single-character tokens of VALUE_CHARS. values="tokens": every ordinary
+    token (no special token, none containing a marker character or a newline), as the task rows'
+    values use them: a generated name's first token is space-led (' f') and its middle has merges
+    ('ol', 'ur'), which a copier trained on the 39 characters never copied (docs/learning.md, run 12)."""
+
+    def __init__(self, values: str = "chars"):
         tok = load_tokenizer()
         ids = {c: tok.convert_tokens_to_ids(c) for c in VALUE_CHARS + "=;|"}
         missing = [c for c, i in ids.items() if i is None or i == tok.unk_token_id]
         if missing:
             raise SystemExit(f"the tiny tokenizer has no single token for {missing}")
-        self.chars = np.array([ids[c] for c in VALUE_CHARS], np.int32)
         self.eq, self.semi, self.bar = ids["="], ids[";"], ids["|"]
         self.pad = tok.convert_tokens_to_ids("<|endoftext|>")
+        if values == "chars":
+            self.chars = np.array([ids[c] for c in VALUE_CHARS], np.int32)
+        elif values == "tokens":
+            special = set(tok.all_special_ids) | set(tok.get_added_vocab().values())
+            text = {i: tok.decode([i]) for i in range(len(tok)) if i not in special}
+            keep = [i for i, t in text.items()  # printable, not blank, no lone byte, no marker
+                    if t.strip() and t.isprintable() and "\ufffd" not in t and not set(t) & set("=;|")]
+            self.chars = np.array(sorted(keep), np.int32)
+        else:
+            raise SystemExit(f"--values={values!r}: use chars or tokens")
 
 
 def _word(rng, lo, hi, vocab):
@@ -272,6 +288,9 @@ def main():
     parser.add_argument("--eval_every", type=int, default=250)
     parser.add_argument("--eval_rows", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--values", choices=("chars", "tokens"), default="chars",
+                        help="value tokens: the 39 characters, or every ordinary token of the tiny tokenizer "
+                             "(space-led letters and merges too, as the task rows' names are spelled)")
     parser.add_argument("--json", default="", help="write the evaluations here")
     parser.add_argument("--score", default="", metavar="HF_DIR",
                         help="train nothing: score these saved weights on --eval_rows fresh rows of --task / --seq / "
@@ -296,7 +315,7 @@ def main():
     if args.init and (len(variants) != 1 or args.partial_rotary is not None):
         raise SystemExit(f"--init={args.init!r} trains those weights on: give one --variants name (the label) and "
                          "no --partial_rotary (the weights' config decides)")
-    vocab, mesh = Vocab(), make_mesh()
+    vocab, mesh = Vocab(args.values), make_mesh()
     if args.score:
         return score_saved(args, vocab)
     optim = sft_config.get_config("tiny").optim
@@ -324,7 +343,7 @@ def main():
     for i, h in enumerate(history[variants[0]]):
         cells = [f"{history[v][i]['tokens']:.1%} / {history[v][i]['whole']:.1%}" for v in variants]
         print(f"| {h['step']} | " + " | ".join(cells) + " |")
-    print("chance: 1/39 = 2.6% a token")
+    print(f"chance: 1/{len(vocab.chars)} = {1 / len(vocab.chars):.1%} a token")
     if args.save_hf:
         for v, m in models.items():
             save_hf(m.graphdef, m.state.params, os.path.join(args.save_hf, v))
