@@ -14,6 +14,9 @@ token is greedy-right (`by_kind`, with the kind's token loss and accuracy): a fi
 values, so this is nearer to what a recovery needs. It splits the accuracy into a value's first
 token (a lookup: which value belongs here) and the rest (continuing a copy once begun), and
 `--show N` prints N occurrences per file and step with what greedy decoding writes instead.
+`by_token_set` splits the same tokens by whether they are among the 39 characters
+bench/copy_emergence.py's default copier trains on (`in_39`) or not (`other`: space-led ' f',
+merges 'ol'): run 12 found a copier trained on the 39 alone never copies the others.
 
 Without `--ckpt` it scores no model and reports what the rows ask of one (`copy_source`, per
 row file and kind): how many value occurrences have their exact target tokens earlier in the row
@@ -162,7 +165,10 @@ def main() -> int:
     from reterm_jax.data import load_tokenizer
     from reterm_jax.data.chat import encode_example
 
+    from copy_emergence import VALUE_CHARS
+
     tok = load_tokenizer()
+    copier_chars = {tok.convert_tokens_to_ids(c) for c in VALUE_CHARS}
     files = {}
     for spec in args.rows:
         name, _, path = spec.partition("=")
@@ -192,6 +198,7 @@ def main() -> int:
             acc = {"value": [0.0, 0, 0], "other": [0.0, 0, 0]}  # nll sum, correct, count
             # kind -> [occurrences all greedy-right, occurrences, nll sum, right tokens, tokens, first tokens right]
             whole: dict[str, list] = {}
+            by_set: dict[str, list] = {}  # "kind/first|rest/in_39|other" -> [right, tokens]
             shown = 0
             for ex, spans in rows:
                 vmask = np.zeros(len(ex.tokens), bool)
@@ -214,6 +221,11 @@ def main() -> int:
                     w[3] += int(hit[idx - 1].sum())
                     w[4] += len(idx)
                     w[5] += bool(hit[idx[0] - 1])
+                    for j, i in enumerate(idx):  # run 12: the copier's 39 characters against other tokens
+                        key = f"{kind}/{'first' if j == 0 else 'rest'}/{'in_39' if ex.tokens[i] in copier_chars else 'other'}"
+                        b = by_set.setdefault(key, [0, 0])
+                        b[0] += bool(hit[i - 1])
+                        b[1] += 1
                     if shown < args.show:  # what the model writes instead, with the teacher's tokens before it
                         shown += 1
                         want, got = tok.decode(ex.tokens[idx].tolist()), tok.decode(greedy[idx - 1].tolist())
@@ -230,6 +242,8 @@ def main() -> int:
                        "first_token_greedy_acc": round(first / max(n, 1), 4),
                        "rest_greedy_acc": round((right - first) / max(c - n, 1), 4)}
                 for kind, (k, n, nll, right, c, first) in sorted(whole.items())}
+            # tokens among the 39 characters copy_emergence's default copier trains on, against the rest
+            result[f"{step}/{name}"]["by_token_set"] = {k: f"{r}/{n}" for k, (r, n) in sorted(by_set.items())}
             print(f"step {step} {name}: {result[f'{step}/{name}']}", file=sys.stderr)
     print(json.dumps(result))
     return 0
