@@ -10,6 +10,15 @@ from reterm_jax.rl import evaluation
 FAULT_RECOVERY = "fault-recovery"
 
 
+def apply_limits(gcfg, limits: dict) -> None:
+    """Set the GRPO config's rollout limits and sequence length from the limits the longest
+    demonstration row sets (learning_data.demo_limits; a learning run's state.json keeps them)."""
+    r = gcfg.rollout
+    r.max_turns, r.max_tokens, r.cache_length = limits["max_turns"], limits["max_tokens"], limits["cache_length"]
+    r.max_new_tokens_per_turn = limits.get("max_new_tokens_per_turn", r.max_new_tokens_per_turn)
+    gcfg.train.seq_len = limits["grpo_seq_len"]
+
+
 def model_policy(gcfg, hf_dir: str = "", *, model=None, seed: int = 12345):
     """The model (an HF dir, or a restored model) through the bash harness, sampled as GRPO
     samples, under the GRPO rollout limits. The seed is the same for every policy: trial keys

@@ -52,7 +52,7 @@ import grpo as grpo_config  # noqa: E402  (configs/grpo.py)
 import sft as sft_config  # noqa: E402  (configs/sft.py)
 from learning_data import demo_limits, make_tasks, sft_rows  # noqa: E402  (bench/)
 from learning_data import log as _log  # noqa: E402
-from learning_eval import FAULT_RECOVERY, evaluate, model_policy, time_split  # noqa: E402  (bench/)
+from learning_eval import FAULT_RECOVERY, apply_limits, evaluate, model_policy, time_split  # noqa: E402  (bench/)
 from reterm_jax.rl import learning_report  # noqa: E402
 
 
@@ -351,10 +351,7 @@ def main() -> None:
     gcfg.seed = args.seed
     gcfg.env.tasks = str(out / "tasks" / ("grpo" if args.grpo_train else "train") / "*")
     gcfg.train.steps = args.grpo_steps
-    r = gcfg.rollout
-    r.max_turns, r.max_tokens, r.cache_length = limits["max_turns"], limits["max_tokens"], limits["cache_length"]
-    r.max_new_tokens_per_turn = limits.get("max_new_tokens_per_turn", r.max_new_tokens_per_turn)
-    gcfg.train.seq_len = limits["grpo_seq_len"]
+    apply_limits(gcfg, limits)
     apply_sets(gcfg, args.set)
     state["config"] = {"grpo": json.loads(gcfg.to_json_best_effort()), "limits": limits, "args": vars(args)}
 

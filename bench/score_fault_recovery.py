@@ -20,7 +20,7 @@ _ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path[:0] = [_ROOT, os.path.join(_ROOT, "configs")]  # runnable from a checkout
 
 import grpo as grpo_config  # noqa: E402  (configs/grpo.py)
-from learning_eval import FAULT_RECOVERY, evaluate, model_policy  # noqa: E402  (bench/)
+from learning_eval import FAULT_RECOVERY, apply_limits, evaluate, model_policy  # noqa: E402  (bench/)
 
 
 def main() -> None:
@@ -35,12 +35,8 @@ def main() -> None:
     dirs = sorted(Path(d) for d in glob.glob(args.tasks) if os.path.isdir(d))[:args.max_tasks or None]
     if not dirs:
         sys.exit(f"--tasks {args.tasks!r}: no task dirs match; give a glob like 'OUT/tasks/val/*'")
-    limits = json.load(open(args.state))["config"]["limits"]
     gcfg = grpo_config.get_config("tiny")
-    r = gcfg.rollout
-    r.max_turns, r.max_tokens, r.cache_length = limits["max_turns"], limits["max_tokens"], limits["cache_length"]
-    r.max_new_tokens_per_turn = limits["max_new_tokens_per_turn"]
-    gcfg.train.seq_len = limits["grpo_seq_len"]
+    apply_limits(gcfg, json.load(open(args.state))["config"]["limits"])
     t0 = time.time()
     summary, _ = evaluate(model_policy(gcfg, args.hf), dirs, samples=args.samples, jobs=args.jobs,
                           protocols=(FAULT_RECOVERY,))
