@@ -1,5 +1,6 @@
 """The harness contract of DockerSandbox.exec, against the real Docker engine."""
 import hashlib
+import os
 import threading
 import time
 import tracemalloc
@@ -214,3 +215,26 @@ def test_put_dir_writes_the_same_tree_inline_and_as_an_archive(base_sandbox, tmp
     (src / "big").unlink()
     (src / "link").symlink_to("run.sh")
     assert inline_put_script(src, "/opt/x") is None
+
+
+def test_a_session_socket_numbered_past_1024_still_works(base_sandbox):
+    # select.select() refuses fds >= 1024 (ValueError: the sandbox was lost); poll() does not.
+    import resource
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200:
+        pytest.skip(f"RLIMIT_NOFILE {soft} < 1200")
+    outputs = []
+
+    def in_a_new_thread():  # its own engine client, so its connections are opened after the fds below
+        base_sandbox.exec("pkill -x bash; sleep 1")  # the next command starts a new server
+        outputs.extend(base_sandbox.exec(f"echo {w}").output for w in ("one", "two"))  # ended() polls it
+    with open(os.devnull) as null:
+        held = [os.dup(null.fileno()) for _ in range(1100)]
+    try:
+        t = threading.Thread(target=in_a_new_thread)
+        t.start()
+        t.join()
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert outputs == ["one\n", "two\n"]

@@ -109,8 +109,9 @@ class ShellSession:
         of an earlier command killed it): its stream is at EOF. Nothing else is ever
         pending between requests."""
         try:
-            readable, _, _ = select.select([self._sock], [], [], 0)
-            return bool(readable) and self._sock.recv(1, socket.MSG_PEEK) == b""
+            poller = select.poll()  # not select.select: it refuses socket numbers >= 1,024
+            poller.register(self._sock, select.POLLIN)
+            return bool(poller.poll(0)) and self._sock.recv(1, socket.MSG_PEEK) == b""
         except OSError:
             return True
         except TypeError:  # a transport without MSG_PEEK (ssh channel): cannot tell
