@@ -4,7 +4,7 @@
         [--sft_candidates 400,800,1200] [--grpo_steps 20] [--jobs 3] [--families all|NAME,...]
         [--faults_per_task N] [--sft_batch B] [--sft_restart STEPS@LR ...] [--sft_init HF_DIR] [--sft_lr LR]
         [--novel_train N] [--val_split train|novel] [--grpo_train N] [--grpo_split train|novel]
-        [--stop_after_warm_start] [--set rollout.group_size=8 ...]
+        [--stop_after_warm_start] [--warm_start HF_DIR] [--set rollout.group_size=8 ...]
 
 Stages (each one's output is reused when it is there: rerun the same command to resume):
  1. OUT/tasks/{train,val,heldout[,grpo,novel]}: generated instances (reterm_jax.tasks). `val` is a
@@ -19,11 +19,13 @@ Stages (each one's output is reused when it is there: rerun the same command to 
     earliest, one is the warm start, exported to OUT/warm_start_hf. Each --sft_restart adds a
     phase (OUT/sft_restart, OUT/sft_restart2, ...) from the previous phase's last weights with a
     new schedule, whose checkpoints are candidates too. The held-out split plays no part in any choice.
+    --warm_start HF_DIR skips this stage: an earlier run's warm start (its learning_run_state.json
+    says how it was trained; the rows and the SFT arguments must match) is OUT/warm_start_hf.
  4. OUT/grpo: configs/grpo.py:tiny from the warm start on the train instances (--grpo_train N:
     on N other instances of --grpo_split, OUT/tasks/grpo, that no demonstration showed); failure
     bank from their scripted faults, rollout limits covering the longest demonstration -> OUT/grpo_hf.
  5. OUT/control: continued SFT from the warm start on the same rows for as many loss tokens as
-    GRPO's updates trained on (compute-matched control) -> OUT/control_hf.
+    GRPO's updates trained on, at GRPO's LR (compute-matched control) -> OUT/control_hf.
  6. Held-out evaluation of the three HF dirs with the same per-trial keys: pass@1, retry@2 and
     recovery@2 (the headline) from one shared first attempt per sample, and fault-recovery (the
     model's attempt after the task's scripted failed attempt), --samples each.
@@ -187,6 +189,36 @@ def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, sta
     return hf
 
 
+# The arguments that decide the SFT rows (the control continues the warm start's SFT on them).
+SAME_ROWS = ("families", "train", "novel_train", "faults_per_task", "seed")
+
+
+def import_warm_start(out: Path, args, limits: dict, state: dict, save) -> Path:
+    """--warm_start: an earlier run's exported warm start (with the learning_run_state.json it was
+    saved with) becomes OUT/warm_start_hf, and its SFT record the state's, so GRPO and the
+    control start from it without the SFT. The rows in OUT must be the ones it was trained on."""
+    src, hf = Path(args.warm_start), out / "warm_start_hf"
+    saved = json.load(open(src / "learning_run_state.json"))
+    theirs, ours = saved["config"]["args"], vars(args)
+    diff = [f"--{k}={ours.get(k)!r} (it had {theirs.get(k)!r})" for k in SAME_ROWS if theirs.get(k) != ours.get(k)]
+    if diff:
+        sys.exit(f"--warm_start={args.warm_start}: trained with other arguments: {', '.join(diff)}; "
+                 "pass those of the run that made it")
+    for key in ("rows", "longest_row", "target_tokens"):
+        if saved["config"]["limits"][key] != limits[key]:
+            sys.exit(f"--warm_start={args.warm_start}: its SFT rows had {key} {saved['config']['limits'][key]}, "
+                     f"OUT/sft_rows.jsonl has {limits[key]}: the same arguments made other rows (a changed generator?)")
+    if state.get("sft", {}).get("imported_from") not in (None, str(src.absolute())):
+        sys.exit(f"--warm_start={args.warm_start}: OUT already started from {state['sft']['imported_from']}; use a new --out")
+    if "sft" not in state:
+        state["sft"] = {**saved["sft"], "imported_from": str(src.absolute())}
+        save()
+    if not hf.exists():
+        shutil.copytree(src, hf)
+    _log(f"warm start: {src} (SFT step {state['sft']['chosen_step']}, rule {state['sft']['rule']})")
+    return hf
+
+
 def run_grpo(out: Path, gcfg, warm: Path, state: dict) -> Path:
     from reterm_jax.train import grpo
     hf = out / "grpo_hf"
@@ -223,8 +255,9 @@ def _warm_start_lr(state: dict) -> float:
     return float(lr_schedule(ml_collections.ConfigDict(opt))(step))
 
 
-def run_control(out: Path, args, limits: dict, demos: Path, warm: Path, state: dict) -> Path:
-    """Continued SFT from the warm start for GRPO's loss-token count, at the LR the SFT had there."""
+def run_control(out: Path, args, limits: dict, demos: Path, warm: Path, state: dict, grpo_lr: float) -> Path:
+    """Continued SFT from the warm start for GRPO's loss-token count, at GRPO's constant LR
+    (--control_lr grpo) or at the LR the SFT schedule had at the warm start's step (sft)."""
     from reterm_jax.train import sft
     hf = out / "control_hf"
     if hf.exists() and "control" in state:
@@ -241,10 +274,12 @@ def run_control(out: Path, args, limits: dict, demos: Path, warm: Path, state: d
     cfg.data.path, cfg.data.seq_len, cfg.data.overlong = str(demos), limits["sft_seq_len"], "drop"
     cfg.train.steps, cfg.train.log_every = steps, 10
     cfg.train.batch_size = state["sft"].get("batch_size", 1)  # per_step counts the warm start's batches
-    cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.end_lr_ratio = _warm_start_lr(state), 0, 1.0
+    lr = grpo_lr if args.control_lr == "grpo" else _warm_start_lr(state)
+    cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.end_lr_ratio = lr, 0, 1.0
     cfg.checkpoint.every = steps
     res = sft.train(cfg, str(out / "control"))
-    state["control"] = {"steps": steps, "target_tokens": res["target_tokens"], "lr": cfg.optim.lr}
+    state["control"] = {"steps": steps, "target_tokens": res["target_tokens"], "lr": cfg.optim.lr,
+                        "lr_from": args.control_lr}
     shutil.copytree(res["hf_dir"], hf, dirs_exist_ok=True)
     _log(f"control: {steps} continued-SFT steps, {res['target_tokens']:.0f} loss tokens "
          f"(GRPO: {state['grpo']['target_tokens']:.0f})")
@@ -297,6 +332,14 @@ def main() -> None:
     p.add_argument("--faults_per_task", type=int, default=0,
                    help="demonstrations of this many fault kinds per train instance (0 = all): more instances, "
                         "more distinct values, for the same Docker time")
+    p.add_argument("--control_lr", default="grpo", choices=("grpo", "sft"),
+                   help="the control's constant LR: GRPO's (optim.lr: the same Adam steps on other data; run 14: "
+                        "one Adam step at 5e-4 undid this warm start's recoveries) or the SFT schedule's at the "
+                        "warm start's step (runs 1-13)")
+    p.add_argument("--warm_start", default="", metavar="HF_DIR",
+                   help="skip the SFT: start GRPO and the control from this earlier run's warm start (a "
+                        "warm_start_hf with its learning_run_state.json, e.g. docs/learning/run13_warm_start_hf); "
+                        "give the arguments that run had")
     p.add_argument("--stop_after_warm_start", action="store_true",
                    help="stop after the warm start is chosen (tasks, demos, SFT, validation)")
     p.add_argument("--seed", type=int, default=0)
@@ -314,6 +357,10 @@ def main() -> None:
         sys.exit(f"--grpo_train={args.grpo_train}: use 0 (the SFT's train instances) or a positive count")
     if args.sft_init and not os.path.isfile(os.path.join(args.sft_init, "config.json")):
         sys.exit(f"--sft_init={args.sft_init!r}: not an HF model directory (no config.json); pass e.g. OUT/warm_start_hf")
+    if args.warm_start and not all(os.path.isfile(os.path.join(args.warm_start, f))
+                                   for f in ("config.json", "learning_run_state.json")):
+        sys.exit(f"--warm_start={args.warm_start!r}: not a warm start learning_run exported (needs config.json and "
+                 "learning_run_state.json), e.g. docs/learning/run13_warm_start_hf")
     if args.novel_train < 0:
         sys.exit(f"--novel_train={args.novel_train}: use 0 (none) or a positive count")
     if args.sft_batch < 1:
@@ -355,9 +402,12 @@ def main() -> None:
     apply_sets(gcfg, args.set)
     state["config"] = {"grpo": json.loads(gcfg.to_json_best_effort()), "limits": limits, "args": vars(args)}
 
-    for name, fn in (("warm_start", lambda: warm_start(out, args, limits, demos, dirs, gcfg, state, save)),
+    first = (lambda: import_warm_start(out, args, limits, state, save)) if args.warm_start else \
+        (lambda: warm_start(out, args, limits, demos, dirs, gcfg, state, save))
+    for name, fn in (("warm_start", first),
                      ("grpo", lambda: run_grpo(out, gcfg, out / "warm_start_hf", state)),
-                     ("control", lambda: run_control(out, args, limits, demos, out / "warm_start_hf", state))):
+                     ("control", lambda: run_control(out, args, limits, demos, out / "warm_start_hf", state,
+                                                           gcfg.optim.lr))):
         t0 = time.time()
         fn()
         stages.setdefault(name, round(time.time() - t0))
