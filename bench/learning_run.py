@@ -193,17 +193,21 @@ def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, sta
 SAME_ROWS = ("families", "train", "novel_train", "faults_per_task", "seed")
 
 
+def check_warm_start_args(args) -> None:
+    """--warm_start: exit with one line, before any task is made, if the rows would differ."""
+    theirs, ours = json.load(open(Path(args.warm_start) / "learning_run_state.json"))["config"]["args"], vars(args)
+    diff = [f"--{k}={ours.get(k)!r} (it had {theirs.get(k)!r})" for k in SAME_ROWS if theirs.get(k) != ours.get(k)]
+    if diff:
+        sys.exit(f"--warm_start={args.warm_start}: trained on rows made with other arguments: {', '.join(diff)}; "
+                 "pass those of the run that made it")
+
+
 def import_warm_start(out: Path, args, limits: dict, state: dict, save) -> Path:
     """--warm_start: an earlier run's exported warm start (with the learning_run_state.json it was
     saved with) becomes OUT/warm_start_hf, and its SFT record the state's, so GRPO and the
     control start from it without the SFT. The rows in OUT must be the ones it was trained on."""
     src, hf = Path(args.warm_start), out / "warm_start_hf"
     saved = json.load(open(src / "learning_run_state.json"))
-    theirs, ours = saved["config"]["args"], vars(args)
-    diff = [f"--{k}={ours.get(k)!r} (it had {theirs.get(k)!r})" for k in SAME_ROWS if theirs.get(k) != ours.get(k)]
-    if diff:
-        sys.exit(f"--warm_start={args.warm_start}: trained with other arguments: {', '.join(diff)}; "
-                 "pass those of the run that made it")
     for key in ("rows", "longest_row", "target_tokens"):
         if saved["config"]["limits"][key] != limits[key]:
             sys.exit(f"--warm_start={args.warm_start}: its SFT rows had {key} {saved['config']['limits'][key]}, "
@@ -361,6 +365,8 @@ def main() -> None:
                                    for f in ("config.json", "learning_run_state.json")):
         sys.exit(f"--warm_start={args.warm_start!r}: not a warm start learning_run exported (needs config.json and "
                  "learning_run_state.json), e.g. docs/learning/run13_warm_start_hf")
+    if args.warm_start:
+        check_warm_start_args(args)
     if args.novel_train < 0:
         sys.exit(f"--novel_train={args.novel_train}: use 0 (none) or a positive count")
     if args.sft_batch < 1:
