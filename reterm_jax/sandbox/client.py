@@ -27,6 +27,22 @@ T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 120
 HOSTS_VAR = "RETERM_DOCKER_HOSTS"
 _local = threading.local()
+
+
+class _ThreadClients(dict):
+    """One thread's clients (endpoint -> DockerClient). A thread's `threading.local` values are
+    dropped when it ends; this then closes its clients' pooled engine connections (docker-py keeps
+    one pool, with an idle connection, per URL: up to 25 per client) even if something else still
+    holds the client's HTTP adapter (an error's response refers to it)."""
+
+    def __del__(self):
+        for client in self.values():
+            try:
+                client.close()
+            except Exception:  # noqa: BLE001 - closing at thread exit must never raise
+                pass
+
+
 _endpoint: contextvars.ContextVar[str | None] = contextvars.ContextVar("reterm_docker_endpoint", default=None)
 
 
@@ -101,7 +117,7 @@ def get_client(endpoint: str | None | object = _CURRENT) -> docker.DockerClient:
         endpoint = current_endpoint()
     clients = getattr(_local, "clients", None)
     if clients is None:
-        clients = _local.clients = {}
+        clients = _local.clients = _ThreadClients()
     client = clients.get(endpoint)
     if client is None:
         try:
