@@ -20,7 +20,8 @@ Stages (each one's output is reused when it is there: rerun the same command to 
     phase (OUT/sft_restart, OUT/sft_restart2, ...) from the previous phase's last weights with a
     new schedule, whose checkpoints are candidates too. The held-out split plays no part in any choice.
     --warm_start HF_DIR skips this stage: an earlier run's warm start (its learning_run_state.json
-    says how it was trained; the rows and the SFT arguments must match) is OUT/warm_start_hf.
+    says how it was trained; the arguments that make the rows, and the rows, must match) is
+    OUT/warm_start_hf.
  4. OUT/grpo: configs/grpo.py:tiny from the warm start on the train instances (--grpo_train N:
     on N other instances of --grpo_split, OUT/tasks/grpo, that no demonstration showed); failure
     bank from their scripted faults, rollout limits covering the longest demonstration -> OUT/grpo_hf.
