@@ -32,8 +32,9 @@ _local = threading.local()
 class _ThreadClients(dict):
     """One thread's clients (endpoint -> DockerClient). A thread's `threading.local` values are
     dropped when it ends; this then closes its clients' pooled engine connections (docker-py keeps
-    one pool, with an idle connection, per URL: up to 25 per client) even if something else still
-    holds the client's HTTP adapter (an error's response refers to it)."""
+    one pool, with an idle connection, per URL: up to 25 per client) even while something else still
+    holds the client's HTTP adapter: a shell session's exec socket keeps its HTTP response, whose
+    `connection` is that adapter, in a reference cycle that only a garbage collection frees."""
 
     def __del__(self):
         for client in self.values():
