@@ -29,6 +29,8 @@ def task_plan(args) -> dict[str, tuple[str, int, int]]:
         spec["grpo"] = (args.grpo_split, args.grpo_train, args.seed + 2000)
     if args.novel_train:  # made-up names: rows only copying gets right
         spec["novel"] = ("novel", args.novel_train, args.seed + 3000)
+    if getattr(args, "words_train", 0):  # English-word names: the tokens real names are made of
+        spec["words"] = ("words", args.words_train, args.seed + 4000)
     return spec
 
 
@@ -57,17 +59,18 @@ def make_demos(out: Path, dirs: list[Path], jobs: int, faults_per_task: int = 0,
 
 
 def sft_rows(out: Path, dirs: dict[str, list[Path]], args) -> Path:
-    """The SFT rows: demonstrations of the train instances, plus (--novel_train) those of the
-    novel-split instances, in one file (OUT/sft_rows.jsonl) so every SFT phase and the control
-    read the same rows."""
+    """The SFT rows: demonstrations of the train instances, plus (--novel_train, --words_train)
+    those of the novel- and words-split instances, in one file (OUT/sft_rows.jsonl) so every SFT
+    phase and the control read the same rows."""
     demos = make_demos(out, dirs["train"], args.jobs, args.faults_per_task)
-    if not args.novel_train:
+    extra = [make_demos(out, dirs[name], args.jobs, args.faults_per_task, name=f"demos_{name}")
+             for name in ("novel", "words") if name in dirs]
+    if not extra:
         return demos
-    novel = make_demos(out, dirs["novel"], args.jobs, args.faults_per_task, name="demos_novel")
     path = out / "sft_rows.jsonl"
     if not path.exists():
         tmp = out / "sft_rows.jsonl.tmp"
-        tmp.write_bytes(demos.read_bytes() + novel.read_bytes())
+        tmp.write_bytes(b"".join(p.read_bytes() for p in [demos, *extra]))
         tmp.rename(path)
     return path
 

@@ -3,15 +3,17 @@
     python bench/learning_run.py --out runs/learning [--train 48] [--val 16] [--heldout 64] [--samples 4]
         [--sft_candidates 400,800,1200] [--grpo_steps 20] [--jobs 3] [--families all|NAME,...]
         [--faults_per_task N] [--sft_batch B] [--sft_restart STEPS@LR ...] [--sft_init HF_DIR] [--sft_lr LR]
-        [--novel_train N] [--val_split train|novel] [--grpo_train N] [--grpo_split train|novel]
+        [--novel_train N] [--words_train N] [--val_split train|novel|words-val] [--grpo_train N]
+        [--grpo_split train|novel|words]
         [--stop_after_warm_start] [--warm_start HF_DIR] [--set rollout.group_size=8 ...]
 
 Stages (each one's output is reused when it is there: rerun the same command to resume):
- 1. OUT/tasks/{train,val,heldout[,grpo,novel]}: generated instances (reterm_jax.tasks). `val` is a
+ 1. OUT/tasks/{train,val,heldout[,grpo,novel,words]}: generated instances (reterm_jax.tasks). `val` is a
     validation slice of a training split (another seed): train pools, or made-up names
     (--val_split novel); `heldout` alone draws from the held-out pools.
  2. OUT/demos.jsonl: teacher recovery rows of the train instances (reterm_jax.tasks demos), plus
-    (--novel_train N) OUT/demos_novel.jsonl of N novel-split instances, both in OUT/sft_rows.jsonl.
+    (--novel_train N) OUT/demos_novel.jsonl of N novel-split instances and (--words_train N)
+    OUT/demos_words.jsonl of N words-split ones (English-word names), all in OUT/sft_rows.jsonl.
  3. OUT/sft: configs/sft.py:tiny on those rows (from random weights, or --sft_init's), seq_len =
     the longest row (none truncated), checkpoints at each --sft_candidates step; each candidate is
     scored on `val` (recovery from the scripted fault, 1 sample per task); by --warm_start_rule
@@ -191,13 +193,15 @@ def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, sta
 
 
 # The arguments that decide the SFT rows (the control continues the warm start's SFT on them).
-SAME_ROWS = ("families", "train", "novel_train", "faults_per_task", "seed")
+SAME_ROWS = ("families", "train", "novel_train", "words_train", "faults_per_task", "seed")
+_ABSENT = {"words_train": 0}  # arguments newer than a saved run: the value the run had
 
 
 def check_warm_start_args(args) -> None:
     """--warm_start: exit with one line, before any task is made, if the rows would differ."""
     theirs, ours = json.load(open(Path(args.warm_start) / "learning_run_state.json"))["config"]["args"], vars(args)
-    diff = [f"--{k}={ours.get(k)!r} (it had {theirs.get(k)!r})" for k in SAME_ROWS if theirs.get(k) != ours.get(k)]
+    had = {k: theirs.get(k, _ABSENT.get(k)) for k in SAME_ROWS}
+    diff = [f"--{k}={ours.get(k)!r} (it had {had[k]!r})" for k in SAME_ROWS if had[k] != ours.get(k)]
     if diff:
         sys.exit(f"--warm_start={args.warm_start}: trained on rows made with other arguments: {', '.join(diff)}; "
                  "pass those of the run that made it")
@@ -309,9 +313,14 @@ def main() -> None:
     p.add_argument("--novel_train", type=int, default=0,
                    help="add the demonstrations of this many novel-split instances (made-up names, seed + 3000) "
                         "to the SFT rows: rows only copying the names gets right")
-    p.add_argument("--val_split", default="train", choices=("train", "novel"),
-                   help="the validation slice's split: train (train-pool names) or novel (made-up names the "
-                        "model never saw: measures copying, as held-out names need, without the held-out pools)")
+    p.add_argument("--words_train", type=int, default=0,
+                   help="add the demonstrations of this many words-split instances (names made of English words, "
+                        "seed + 4000) to the SFT rows: the tokens real names are made of (run 14: held-out hosts' "
+                        "tokens were rare in syllable rows)")
+    p.add_argument("--val_split", default="train", choices=("train", "novel", "words-val"),
+                   help="the validation slice's split: train (train-pool names), novel (made-up names the "
+                        "model never saw: measures copying, as held-out names need, without the held-out pools) "
+                        "or words-val (English words no SFT row has: real names' tokens, as held-out's)")
     p.add_argument("--sft_batch", type=int, default=1,
                    help="packed rows per SFT step (run 3: 4 rows a step start copying the instance's values, 1 does not)")
     p.add_argument("--sft_restart", action="append", default=[], metavar="STEPS@LR",
@@ -328,7 +337,7 @@ def main() -> None:
                    help="GRPO on this many train-split instances (seed + 2000) that no demonstration showed, "
                         "not on the SFT's own (run 6: a warm start that memorised those passes 4/4 in "
                         "nearly every group: no signal); 0 = the SFT's train instances")
-    p.add_argument("--grpo_split", default="train", choices=("train", "novel"),
+    p.add_argument("--grpo_split", default="train", choices=("train", "novel", "words"),
                    help="the split of the --grpo_train instances: train (train-pool names) or novel (made-up "
                         "names: only copying passes them, as on held-out instances)")
     p.add_argument("--families", default="all",
@@ -368,8 +377,9 @@ def main() -> None:
                  "learning_run_state.json), e.g. docs/learning/run13_warm_start_hf")
     if args.warm_start:
         check_warm_start_args(args)
-    if args.novel_train < 0:
-        sys.exit(f"--novel_train={args.novel_train}: use 0 (none) or a positive count")
+    for flag in ("novel_train", "words_train"):
+        if getattr(args, flag) < 0:
+            sys.exit(f"--{flag}={getattr(args, flag)}: use 0 (none) or a positive count")
     if args.sft_batch < 1:
         sys.exit(f"--sft_batch={args.sft_batch}: use 1 or more packed rows a step")
     try:

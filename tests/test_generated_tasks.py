@@ -13,7 +13,7 @@ from reterm_jax.sandbox import load_task
 from reterm_jax.tasks.__main__ import main as cli
 from reterm_jax.tasks.families import FAMILIES
 from reterm_jax.tasks.generate import generate, parse_families
-from reterm_jax.tasks.pools import POOLS, SPLITS, is_novel, part
+from reterm_jax.tasks.pools import MADE_UP_SPLITS, POOLS, SPLITS, is_novel, part, word_part
 
 ALL = list(FAMILIES.values())
 COUNT = 3 * len(ALL)  # every family with each of its three fault kinds
@@ -68,15 +68,16 @@ def test_every_value_comes_from_its_splits_pool(splits):
             assert meta["split"] == split
             for pool, value in meta["params"].items():
                 values = value if isinstance(value, list) else [value]
-                if split == "novel":  # made-up words (in no pool), train-part numbers
-                    assert all(is_novel(pool, v) for v in values), f"{d.name}: {pool}={values} not novel"
+                if split in MADE_UP_SPLITS:  # made-up words (in no pool), train-part numbers
+                    assert all(is_novel(pool, v, split) for v in values), f"{d.name}: {pool}={values} not {split}"
                 else:
                     allowed = set(part(pool, split))
                     assert set(values) <= allowed, f"{d.name}: {pool}={values} not in its {split} pool"
                 used[split].setdefault(pool, set()).update(values)
     for pool in used["train"]:
         assert not used["train"][pool] & used["heldout"].get(pool, set()), pool
-        assert not used["novel"][pool] & used["heldout"].get(pool, set()), pool
+        for split in MADE_UP_SPLITS:
+            assert not used[split][pool] & used["heldout"].get(pool, set()), (split, pool)
 
 
 def test_novel_words_are_made_up_shaped_like_train_items_and_seeded():
@@ -95,6 +96,27 @@ def test_novel_words_are_made_up_shaped_like_train_items_and_seeded():
     assert set(pick(random.Random(3), "port", "novel", k=4)) <= set(part("port", "train"))
     with pytest.raises(ValueError, match="makes novel words up"):
         part("host", "novel")
+
+
+def test_english_word_splits_are_disjoint_and_share_no_letters_run_with_any_pool_item():
+    import random
+
+    from reterm_jax.tasks.pools import pick
+    from reterm_jax.tasks.words import WORDS
+    train, val = set(word_part("words")), set(word_part("words-val"))
+    assert train and val and not train & val and train | val == set(WORDS)
+    assert len(val) > 150  # a validation slice's names are not a handful of words
+    runs = {r for items in POOLS.values() for x in items for r in re.findall(r"[a-z]+", str(x))}
+    assert not runs & set(WORDS)  # no held-out (nor train) pool word, nor a part of one
+    for split, part_words in (("words", train), ("words-val", val)):
+        hosts = pick(random.Random(5), "host", split, k=4)
+        assert hosts == pick(random.Random(5), "host", split, k=4)  # seeded
+        letters = {r for h in hosts for r in re.findall(r"[a-z]+", h)}
+        assert letters <= part_words, (split, hosts)
+        shapes = {re.sub(r"[a-z]+", "a", w) for w in part("host", "train")}
+        assert all(re.sub(r"[a-z]+", "a", h) in shapes for h in hosts)
+    with pytest.raises(ValueError, match="no English words"):
+        word_part("novel")
 
 
 def test_instances_cover_every_family_and_kind_and_load(splits):

@@ -12,15 +12,26 @@ numbers come from the train part. A fix on a novel instance can only be right by
 names from the instruction or an observation, never by recalling a pool word: SFT rows that teach
 copying, and a validation slice that measures copying of names never seen without touching the
 held-out pools (docs/learning.md, run 7).
+
+Two more splits replace each run of letters of a train item with an English word
+(reterm_jax/tasks/words.py, `db-east` -> `shallow-tuple`) instead of syllables: `words` for
+training, `words-val` (a quarter of the words, by hash, never `words`') for validation only. Made-up
+syllables cover few of the tokenizer's merges, so a model that copies them may still never have
+written the tokens of real names (docs/learning.md, run 14: held-out hosts); English words cover
+them, and a validation slice of other English words sees what held-out names will. No word is a
+letter run of any pool item.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 import re
 
-SPLITS = ("train", "heldout", "novel")
-TRAINING_SPLITS = ("train", "novel")  # demonstrations and validation may use these; never heldout
+SPLITS = ("train", "heldout", "novel", "words", "words-val")
+TRAINING_SPLITS = ("train", "novel", "words", "words-val")  # demonstrations and validation; never heldout
+MADE_UP_SPLITS = ("novel", "words", "words-val")  # words made up per instance; numbers from the train part
+WORDS_VAL_SHARE = 4  # one word in WORDS_VAL_SHARE (by hash) is a words-val word
 HELDOUT_SHARE = 3  # one item in HELDOUT_SHARE (by hash) is held out
 
 
@@ -76,7 +87,7 @@ def in_split(pool: str, item, split: str) -> bool:
     """Whether `item` (a pool item) belongs to `split`'s part; a novel split's words are in no pool."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}: use one of {', '.join(SPLITS)}")
-    if split == "novel":
+    if split in MADE_UP_SPLITS:
         return is_numeric(pool) and in_split(pool, item, "train")
     digest = hashlib.sha256(f"{pool}\0{item}".encode()).digest()
     heldout = int.from_bytes(digest[:4], "big") % HELDOUT_SHARE == 0
@@ -86,8 +97,8 @@ def in_split(pool: str, item, split: str) -> bool:
 def part(pool: str, split: str) -> tuple:
     """The items of `pool` that belong to `split` (in pool order); a novel split's word pools have
     no items (`pick` makes its words up)."""
-    if split == "novel" and not is_numeric(pool):
-        raise ValueError(f"pool {pool!r} has no novel items: pick() makes novel words up")
+    if split in MADE_UP_SPLITS and not is_numeric(pool):
+        raise ValueError(f"pool {pool!r} has no {split} items: pick() makes {split} words up")
     items = tuple(x for x in POOLS[pool] if in_split(pool, x, split))
     if not items:
         raise ValueError(f"pool {pool!r} has no {split} items; add items to POOLS[{pool!r}]")
@@ -96,8 +107,8 @@ def part(pool: str, split: str) -> tuple:
 
 def pick(rng: random.Random, pool: str, split: str, k: int | None = None):
     """One item of `pool`'s `split` part, or `k` distinct items (a list) when k is given."""
-    if split == "novel" and not is_numeric(pool):
-        return _novel(rng, pool, k)
+    if split in MADE_UP_SPLITS and not is_numeric(pool):
+        return _novel(rng, pool, k, split)
     items = part(pool, split)
     if k is None:
         return rng.choice(items)
@@ -115,34 +126,49 @@ def _made_up(rng: random.Random, length: int) -> str:
     return "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) for _ in range(max(1, (length + 1) // 2)))
 
 
-def novel_word(rng: random.Random, pool: str) -> str:
+@functools.lru_cache(maxsize=None)
+def word_part(split: str) -> tuple[str, ...]:
+    """The English words of split `words` or `words-val` (disjoint, by hash)."""
+    from reterm_jax.tasks.words import WORDS
+    if split not in ("words", "words-val"):
+        raise ValueError(f"split {split!r} has no English words: use words or words-val")
+    val = lambda w: int.from_bytes(hashlib.sha256(f"words\0{w}".encode()).digest()[:4], "big") % WORDS_VAL_SHARE == 0  # noqa: E731
+    return tuple(w for w in WORDS if val(w) == (split == "words-val"))
+
+
+def novel_word(rng: random.Random, pool: str, split: str = "novel") -> str:
     """One made-up value for word pool `pool`: a train item's shape (its separators and digits
-    kept) with each run of letters replaced by a made-up word; never an item of any pool."""
-    return made_up_like(rng, rng.choice(part(pool, "train")))
+    kept) with each run of letters replaced by a made-up word (`novel`) or by an English word
+    of `split`'s part (`words`, `words-val`); never an item of any pool."""
+    return made_up_like(rng, rng.choice(part(pool, "train")), split)
 
 
-def made_up_like(rng: random.Random, template: str) -> str:
+def made_up_like(rng: random.Random, template: str, split: str = "novel") -> str:
     """`template`'s shape (separators and digits kept) with each run of letters made up anew;
     never an item of any pool."""
+    words = word_part(split) if split != "novel" else None
+    letters = (lambda m: rng.choice(words)) if words else (lambda m: _made_up(rng, len(m.group())))  # noqa: E731
     while True:
-        word = re.sub(r"[a-z]+", lambda m: _made_up(rng, len(m.group())), template)
+        word = re.sub(r"[a-z]+", letters, template)
         if word not in _EVERY_ITEM:
             return word
 
 
-def is_novel(pool: str, value) -> bool:
-    """Whether `value` could be a novel split's value of `pool` (for checks and tests)."""
+def is_novel(pool: str, value, split: str = "novel") -> bool:
+    """Whether `value` could be a `split` (novel, words, words-val) value of `pool` (for checks and tests)."""
     if is_numeric(pool):
         return value in part(pool, "train")
-    return isinstance(value, str) and value not in _EVERY_ITEM and re.fullmatch(r"[a-z0-9.\-]+", value) is not None
+    if not isinstance(value, str) or value in _EVERY_ITEM or re.fullmatch(r"[a-z0-9.\-]+", value) is None:
+        return False
+    return split == "novel" or set(re.findall(r"[a-z]+", value)) <= set(word_part(split))
 
 
-def _novel(rng: random.Random, pool: str, k: int | None):
+def _novel(rng: random.Random, pool: str, k: int | None, split: str = "novel"):
     if k is None:
-        return novel_word(rng, pool)
+        return novel_word(rng, pool, split)
     words: list[str] = []
     while len(words) < k:
-        word = novel_word(rng, pool)
+        word = novel_word(rng, pool, split)
         if word not in words:
             words.append(word)
     return words
