@@ -78,6 +78,20 @@ def test_runaway_output_is_killed_before_it_fills_the_disk(base_sandbox):
     assert base_sandbox.exec("ls /tmp/.reterm | grep -c out").output == "1\n"  # only this one
 
 
+def test_runaway_output_is_killed_even_when_no_process_can_fork(docker_client):
+    from reterm_jax.sandbox import DockerSandbox, Limits
+    # The watchdog must measure the output without forking: with every pid taken by a fork bomb
+    # (and under a runaway writer's memory pressure) a forked `wc` fails or stalls, and the
+    # output only stopped at the command's deadline. Builtin echo keeps writing without a fork.
+    with DockerSandbox("reterm/base:bookworm", limits=Limits(pids=32)) as sb:
+        sb.max_output_file_bytes = 5_000_000
+        r = sb.exec('x=$(head -c 65536 /dev/zero | tr "\\0" x); b(){ b | b & }; b; '
+                    'SECONDS=0; while [ $SECONDS -lt 2 ]; do :; done; '  # every pid taken by now
+                    'while :; do echo "$x"; done', timeout=30)
+        assert r.exit_code == 137 and not r.timed_out, r  # the watchdog, not the 30 s deadline
+        assert r.truncated and "its output exceeded 5000000 bytes" in r.output
+
+
 def test_foreground_fork_bomb_is_contained_and_killed(base_sandbox):
     assert base_sandbox.exec("cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || "
                              "cat /sys/fs/cgroup/pids.max").output.strip() == "256"

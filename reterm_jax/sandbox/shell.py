@@ -11,7 +11,7 @@ command by the shell server of session.py) runs INNER under
 coreutils `timeout` (its own process group; TERM to the group at the deadline, KILL
 2 s later), with stdin from /dev/null and stdout+stderr into one file. A watchdog
 kills the group when that file grows past max_file_bytes (runaway output would
-otherwise fill the disk). Nothing after the command starts needs a fork until the
+otherwise fill the disk; it reads the size from /proc, without forking). Nothing after the command starts needs a fork until the
 group is gone, so a fork bomb that exhausts the pids limit cannot stall the reply.
 Then it prints one header line `rc why size` and the output (whole, or head_bytes
 of head + head_bytes of tail). Task images need bash and coreutils.
@@ -64,7 +64,14 @@ set -m
   read -r p <"$g"
   while :; do
     read -r -t 0.25 -u 9
-    s=$(wc -c <"$o" 2>/dev/null)
+    # Bytes written so far: the offset of the group's shared stdout, read from /proc with
+    # builtins (no fork, no exec: under a runaway writer's dirty pages a forked `wc` could
+    # stall in the memory cgroup's reclaim for seconds); `wc -c` where /proc has no offset.
+    s=
+    if [ -r "/proc/$p/fdinfo/1" ]; then
+      while read -r f v; do [ "$f" = pos: ] && { s=$v; break; }; done <"/proc/$p/fdinfo/1"
+    fi
+    [ -n "$s" ] || s=$(wc -c <"$o" 2>/dev/null)
     if [ "${s:-0}" -gt "$5" ]; then echo output >"$k"; kill -KILL -- -"$p"; break; fi
   done
 ) </dev/null >/dev/null 2>&1 &
