@@ -312,6 +312,29 @@ def test_stream_stops_cleanly_and_worker_errors_are_counted():
     assert not workers.running
 
 
+def test_a_group_that_outlives_stop_is_abandoned_quietly(caplog):
+    # stop() gives up waiting on a long group; the trainer then closes what the group uses (the
+    # failure bank), and the group fails: that is the shutdown, not a worker error (run 15's log).
+    release = threading.Event()
+
+    class Slow:
+        def produce(self, version, params, key):
+            release.wait(30)
+            raise RuntimeError("the failure bank /x is closed")
+
+    store = PolicyStore(0, None)
+    workers = RolloutWorkers(Slow(), store).start()
+    wait_until(lambda: workers.running, "a running worker")
+    time.sleep(0.1)  # inside produce()
+    with caplog.at_level("INFO", logger="reterm_jax.rl.workers"):
+        assert not workers.stop(timeout=0.05)  # the group is still running
+        release.set()
+        wait_until(lambda: not any(t.is_alive() for t in workers._threads), "the worker ends")
+    assert workers.counters.errors == 0 and workers.counters.abandoned == 1 and workers.last_error is None
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+    assert any("abandoned" in r.getMessage() for r in caplog.records)
+
+
 def test_persistently_failing_workers_surface_their_error():
     class Broken:
         def produce(self, version, params, key):

@@ -119,6 +119,7 @@ class WorkerCounters:
     produced: int = 0        # groups put into the queue
     empty: int = 0           # produce() returned None
     errors: int = 0          # produce() raised (logged; the worker goes on)
+    abandoned: int = 0       # produce() raised after stop() (what it used was closed under it): dropped quietly
     blocked_s: float = 0.0   # time spent waiting on a full queue (backpressure)
 
 
@@ -203,6 +204,11 @@ class RolloutWorkers:
             try:
                 group = producer.produce(version, params, jax.random.fold_in(base, n))
             except Exception as e:  # noqa: BLE001 - a worker never dies of one bad group
+                if self._stop.is_set():  # a group stop() outwaited: its bank or sandboxes closed under it
+                    self._count(abandoned=1)
+                    log.info("rollout worker %d: a group still running at stop was abandoned (%s: %s)", index,
+                             type(e).__name__, e)
+                    return
                 log.exception("rollout worker %d: produce failed", index)
                 self.last_error = f"{type(e).__name__}: {e}"
                 self._count(errors=1)
