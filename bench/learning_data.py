@@ -47,12 +47,14 @@ def make_tasks(out: Path, args) -> dict[str, list[Path]]:
     return {name: task_dirs(out, name) for name in spec}
 
 
-def make_demos(out: Path, dirs: list[Path], jobs: int, faults_per_task: int = 0, name: str = "demos") -> Path:
+def make_demos(out: Path, dirs: list[Path], jobs: int, faults_per_task: int = 0, name: str = "demos",
+               solve_rows: bool = False) -> Path:
     from reterm_jax.tasks.demos import build_demos
+    name += "_solve" if solve_rows else ""  # another file: a run never reuses rows made without them
     path = out / f"{name}.jsonl"
     if not path.exists():
         tmp = out / f"{name}.jsonl.tmp"
-        n = build_demos([str(d) for d in dirs], tmp, jobs=jobs, faults_per_task=faults_per_task)
+        n = build_demos([str(d) for d in dirs], tmp, jobs=jobs, faults_per_task=faults_per_task, solve_rows=solve_rows)
         tmp.rename(path)
         log(f"{name}: {n} rows from {len(dirs)} instances")
     return path
@@ -61,13 +63,15 @@ def make_demos(out: Path, dirs: list[Path], jobs: int, faults_per_task: int = 0,
 def sft_rows(out: Path, dirs: dict[str, list[Path]], args) -> Path:
     """The SFT rows: demonstrations of the train instances, plus (--novel_train, --words_train)
     those of the novel- and words-split instances, in one file (OUT/sft_rows.jsonl) so every SFT
-    phase and the control read the same rows."""
-    demos = make_demos(out, dirs["train"], args.jobs, args.faults_per_task)
-    extra = [make_demos(out, dirs[name], args.jobs, args.faults_per_task, name=f"demos_{name}")
+    phase and the control read the same rows; with --solve_rows each instance's first-attempt
+    row too (files named *_solve.jsonl)."""
+    solve = bool(getattr(args, "solve_rows", False))
+    demos = make_demos(out, dirs["train"], args.jobs, args.faults_per_task, solve_rows=solve)
+    extra = [make_demos(out, dirs[name], args.jobs, args.faults_per_task, name=f"demos_{name}", solve_rows=solve)
              for name in ("novel", "words") if name in dirs]
     if not extra:
         return demos
-    path = out / "sft_rows.jsonl"
+    path = out / ("sft_rows_solve.jsonl" if solve else "sft_rows.jsonl")
     if not path.exists():
         tmp = out / "sft_rows.jsonl.tmp"
         tmp.write_bytes(b"".join(p.read_bytes() for p in [demos, *extra]))

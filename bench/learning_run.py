@@ -3,7 +3,7 @@
     python bench/learning_run.py --out runs/learning [--train 48] [--val 16] [--heldout 64] [--samples 4]
         [--sft_candidates 400,800,1200] [--grpo_steps 20] [--jobs 3] [--families all|NAME,...]
         [--faults_per_task N] [--sft_batch B] [--sft_restart STEPS@LR ...] [--sft_init HF_DIR] [--sft_lr LR]
-        [--novel_train N] [--words_train N] [--val_split train|novel|words-val] [--grpo_train N]
+        [--novel_train N] [--words_train N] [--solve_rows] [--val_split train|novel|words-val] [--grpo_train N]
         [--grpo_split train|novel|words]
         [--stop_after_warm_start] [--warm_start HF_DIR] [--set rollout.group_size=8 ...]
 
@@ -13,7 +13,8 @@ Stages (each one's output is reused when it is there: rerun the same command to 
     (--val_split novel); `heldout` alone draws from the held-out pools.
  2. OUT/demos.jsonl: teacher recovery rows of the train instances (reterm_jax.tasks demos), plus
     (--novel_train N) OUT/demos_novel.jsonl of N novel-split instances and (--words_train N)
-    OUT/demos_words.jsonl of N words-split ones (English-word names), all in OUT/sft_rows.jsonl.
+    OUT/demos_words.jsonl of N words-split ones (English-word names), all in OUT/sft_rows.jsonl
+    (--solve_rows: with one first-attempt row per instance, in *_solve.jsonl files).
  3. OUT/sft: configs/sft.py:tiny on those rows (from random weights, or --sft_init's), seq_len =
     the longest row (none truncated), checkpoints at each --sft_candidates step; each candidate is
     scored on `val` (recovery from the scripted fault, 1 sample per task); by --warm_start_rule
@@ -193,8 +194,8 @@ def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, sta
 
 
 # The arguments that decide the SFT rows (the control continues the warm start's SFT on them).
-SAME_ROWS = ("families", "train", "novel_train", "words_train", "faults_per_task", "seed")
-_ABSENT = {"words_train": 0}  # arguments newer than a saved run: the value the run had
+SAME_ROWS = ("families", "train", "novel_train", "words_train", "solve_rows", "faults_per_task", "seed")
+_ABSENT = {"words_train": 0, "solve_rows": False}  # arguments newer than a saved run: the value the run had
 
 
 def check_warm_start_args(args) -> None:
@@ -317,6 +318,10 @@ def main() -> None:
                    help="add the demonstrations of this many words-split instances (names made of English words, "
                         "seed + 4000) to the SFT rows: the tokens real names are made of (run 14: held-out hosts' "
                         "tokens were rare in syllable rows)")
+    p.add_argument("--solve_rows", action="store_true",
+                   help="add one first-attempt row per demonstrated instance (the oracle from the clean state, "
+                        "trained on as attempt 1): recovery rows never train the first attempt that pass@1 and "
+                        "recovery@2 start from (run 15: 58%% of the warm start's first attempts never closed a turn)")
     p.add_argument("--val_split", default="train", choices=("train", "novel", "words-val"),
                    help="the validation slice's split: train (train-pool names), novel (made-up names the "
                         "model never saw: measures copying, as held-out names need, without the held-out pools) "

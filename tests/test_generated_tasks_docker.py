@@ -52,4 +52,14 @@ def test_demonstrations_of_a_train_instance(docker_client, tmp_path):
         build_demos([str(held)], tmp_path / "no.jsonl")
     assert not (tmp_path / "no.jsonl").exists()
     (novel,) = generate([FAMILIES["ini-retarget"]], "novel", 1, seed=5, out=tmp_path / "novel")
-    assert build_demos([str(novel)], tmp_path / "novel.jsonl", jobs=2, faults_per_task=1) == 2
+    # with a first-attempt row: the oracle from the clean state, verified, trained on as attempt 1
+    assert build_demos([str(novel)], tmp_path / "novel.jsonl", jobs=2, faults_per_task=1, solve_rows=True) == 3
+    rows = [json.loads(line) for line in (tmp_path / "novel.jsonl").read_text().splitlines()]
+    (solve,) = [r for r in rows if r["target_attempt_index"] == 1]
+    assert solve["verified_rewards"] == {"attempt_1": 1.0} and solve["train_from_message_index"] == 2
+    assert [m["role"] for m in solve["messages"][:3]] == ["system", "user", "assistant"]
+    oracle = (novel / "solution/solve.sh").read_text()
+    commands = [json.loads(m["tool_calls"][0]["function"]["arguments"])["command"]
+                for m in solve["messages"] if m.get("tool_calls")]
+    assert commands and all(c in oracle for c in commands)
+    assert validate_rows([solve])[1].invalid == 0

@@ -109,6 +109,29 @@ def rows_for_task(task, look_around: tuple[str, ...] = (LOOK_AROUND,)) -> list[d
     return rows
 
 
+def solve_row(task) -> dict | None:
+    """A first-attempt row for one task: the oracle's commands from the clean state as attempt 1
+    (opening as the failed attempts do, so the first turn cannot tell which follows), trained on
+    from its first assistant turn (target_attempt_index 1); None unless the verifier says solved.
+    Recovery rows never train a first attempt, so without these a model has never been taught
+    to make one (docs/learning.md, run 15)."""
+    from reterm_jax.sandbox import DockerSandbox, verify
+
+    solve = split_commands(open(task.solution_dir / "solve.sh").read())
+    head = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task.instruction}]
+    with DockerSandbox.from_task(task) as sb:
+        attempt = run_turns(sb, [(FAULT_OPENING if i == 0 else "", None, c) for i, c in enumerate(solve)], 0)
+        result = verify(sb, task)
+    if not result.resolved:
+        log.warning("%s: the oracle from the clean state was not verified (reward %s, %s); no first-attempt row",
+                    task.name, result.reward, result.error or result.output[-300:])
+        return None
+    row = make_row(task.name, head + attempt + [{"role": "assistant", "content": DONE_CLAIM}], len(head),
+                   {"attempt_1": result.reward})
+    row["target_attempt_index"] = 1
+    return row
+
+
 def main():
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])

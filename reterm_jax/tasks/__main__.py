@@ -36,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--jobs", type=int, default=2, help="tasks run in parallel")
     d.add_argument("--faults_per_task", type=int, default=0,
                    help="demonstrate this many of each instance's fault kinds, in turn by instance (0 = all)")
+    d.add_argument("--solve_rows", action="store_true",
+                   help="also one first-attempt row per instance: the oracle from the clean state, trained on")
     r = sub.add_parser("drills", help="synthetic copy-drill SFT rows (reterm_jax/tasks/drills.py)")
     r.add_argument("--rows", type=int, required=True, help="how many rows")
     r.add_argument("--seed", type=int, default=0)
@@ -61,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
             start = time.monotonic()
             if args.faults_per_task < 0:
                 raise ValueError(f"--faults_per_task={args.faults_per_task}: use 0 (every fault kind) or a positive count")
-            n = build_demos(args.task_dirs, args.out, jobs=args.jobs, faults_per_task=args.faults_per_task)
+            n = build_demos(args.task_dirs, args.out, jobs=args.jobs, faults_per_task=args.faults_per_task,
+                            solve_rows=args.solve_rows)
         except ValueError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

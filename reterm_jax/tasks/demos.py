@@ -4,7 +4,9 @@ For every fault kind of an instance (task.toml's [metadata.generator.faults]), a
 that fault, run for real in Docker and kept only if the verifier says it failed; the recovery
 is the oracle's commands run in the failed state, once directly and once after the family's
 read-only inspection commands, kept only if the verifier then says solved
-(reterm_jax/assets/build_demo_dataset.py does the rendering). Held-out tasks are refused:
+(reterm_jax/assets/build_demo_dataset.py does the rendering). With `solve_rows`, each instance
+also gives one first-attempt row: the oracle from the clean state, verified, trained on as
+attempt 1. Held-out tasks are refused:
 their demonstrations would leak the evaluation into training.
 """
 from __future__ import annotations
@@ -16,7 +18,7 @@ import logging
 import tomllib
 from pathlib import Path
 
-from reterm_jax.assets.build_demo_dataset import LOOK_AROUND, rows_for_task
+from reterm_jax.assets.build_demo_dataset import LOOK_AROUND, rows_for_task, solve_row
 from reterm_jax.data.schema import validate_rows
 from reterm_jax.sandbox import SandboxPool, load_task
 from reterm_jax.tasks.pools import TRAINING_SPLITS
@@ -44,7 +46,7 @@ def chosen_faults(faults: dict, index: int, limit: int = 0) -> dict:
     return {k: faults[k] for k in (kinds[(start + j) % len(kinds)] for j in range(limit))}
 
 
-def task_rows(task_dir: str | Path, faults_per_task: int = 0) -> list[dict]:
+def task_rows(task_dir: str | Path, faults_per_task: int = 0, solve_rows: bool = False) -> list[dict]:
     meta = generator_meta(task_dir)
     task = load_task(task_dir)
     look = tuple(meta.get("inspect") or ()) or (LOOK_AROUND,)
@@ -54,19 +56,25 @@ def task_rows(task_dir: str | Path, faults_per_task: int = 0) -> list[dict]:
         new = rows_for_task(dataclasses.replace(task, fault_commands=tuple(commands)), look_around=look)
         log.info("%s (%s): %d rows", task.name, kind, len(new))
         rows += new
+    if solve_rows:
+        row = solve_row(task)
+        rows += [row] if row is not None else []
     return rows
 
 
-def build_demos(task_dirs: list[str], out: str | Path, jobs: int = 2, faults_per_task: int = 0) -> int:
+def build_demos(task_dirs: list[str], out: str | Path, jobs: int = 2, faults_per_task: int = 0,
+                solve_rows: bool = False) -> int:
     """Write the demonstration rows of `task_dirs` to `out` (JSONL); returns the row count.
     faults_per_task: demonstrate this many of each instance's fault kinds (0 = all; `chosen_faults`):
-    more instances for the same Docker time, i.e. more distinct values to copy."""
+    more instances for the same Docker time, i.e. more distinct values to copy. solve_rows: one
+    first-attempt row per instance too (`solve_row`)."""
     heldout = [d for d in task_dirs if generator_meta(d)["split"] not in TRAINING_SPLITS]
     if heldout:
         raise ValueError(f"{len(heldout)} task(s) are not from a training split (e.g. {heldout[0]}); "
                          f"demonstrations are for training: pass {' or '.join(TRAINING_SPLITS)}-split tasks only")
     with SandboxPool(max_concurrency=jobs) as pool:
-        outcomes = pool.map(functools.partial(task_rows, faults_per_task=faults_per_task), task_dirs)
+        outcomes = pool.map(functools.partial(task_rows, faults_per_task=faults_per_task, solve_rows=solve_rows),
+                            task_dirs)
     rows = []
     for o in outcomes:
         if o.ok:
