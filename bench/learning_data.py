@@ -73,7 +73,7 @@ def sft_rows(out: Path, dirs: dict[str, list[Path]], args) -> Path:
         return demos
     path = out / ("sft_rows_solve.jsonl" if solve else "sft_rows.jsonl")
     if not path.exists():
-        tmp = out / "sft_rows.jsonl.tmp"
+        tmp = path.with_name(path.name + ".tmp")
         tmp.write_bytes(b"".join(p.read_bytes() for p in [demos, *extra]))
         tmp.rename(path)
     return path

@@ -343,8 +343,8 @@ def main() -> None:
                         "not on the SFT's own (run 6: a warm start that memorised those passes 4/4 in "
                         "nearly every group: no signal); 0 = the SFT's train instances")
     p.add_argument("--grpo_split", default="train", choices=("train", "novel", "words"),
-                   help="the split of the --grpo_train instances: train (train-pool names) or novel (made-up "
-                        "names: only copying passes them, as on held-out instances)")
+                   help="the split of the --grpo_train instances: train (train-pool names), novel (made-up "
+                        "names: only copying passes them, as on held-out instances) or words (English-word names)")
     p.add_argument("--families", default="all",
                    help="task families of every split (comma-separated names, or all); fix it before the run, "
                         "never from held-out scores")

@@ -11,8 +11,9 @@ command by the shell server of session.py) runs INNER under
 coreutils `timeout` (its own process group; TERM to the group at the deadline, KILL
 2 s later), with stdin from /dev/null and stdout+stderr into one file. A watchdog
 kills the group when that file grows past max_file_bytes (runaway output would
-otherwise fill the disk; it reads the size from /proc, without forking). Nothing after the command starts needs a fork until the
-group is gone, so a fork bomb that exhausts the pids limit cannot stall the reply.
+otherwise fill the disk; it reads the size from /proc, without forking). Nothing
+after the command starts needs a fork until the group is gone, so a fork bomb that
+exhausts the pids limit cannot stall the reply.
 Then it prints one header line `rc why size` and the output (whole, or head_bytes
 of head + head_bytes of tail). Task images need bash and coreutils.
 

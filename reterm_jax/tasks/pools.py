@@ -132,8 +132,11 @@ def word_part(split: str) -> tuple[str, ...]:
     from reterm_jax.tasks.words import WORDS
     if split not in ("words", "words-val"):
         raise ValueError(f"split {split!r} has no English words: use words or words-val")
-    val = lambda w: int.from_bytes(hashlib.sha256(f"words\0{w}".encode()).digest()[:4], "big") % WORDS_VAL_SHARE == 0  # noqa: E731
-    return tuple(w for w in WORDS if val(w) == (split == "words-val"))
+    return tuple(w for w in WORDS if _is_val_word(w) == (split == "words-val"))
+
+
+def _is_val_word(word: str) -> bool:
+    return int.from_bytes(hashlib.sha256(f"words\0{word}".encode()).digest()[:4], "big") % WORDS_VAL_SHARE == 0
 
 
 def novel_word(rng: random.Random, pool: str, split: str = "novel") -> str:
