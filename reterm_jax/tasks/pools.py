@@ -150,7 +150,10 @@ def made_up_like(rng: random.Random, template: str, split: str = "novel") -> str
     """`template`'s shape (separators and digits kept) with each run of letters made up anew;
     never an item of any pool."""
     words = word_part(split) if split != "novel" else None
-    letters = (lambda m: rng.choice(words)) if words else (lambda m: _made_up(rng, len(m.group())))  # noqa: E731
+
+    def letters(m: re.Match) -> str:
+        return rng.choice(words) if words else _made_up(rng, len(m.group()))
+
     while True:
         word = re.sub(r"[a-z]+", letters, template)
         if word not in _EVERY_ITEM:
