@@ -50,11 +50,14 @@ def make_tasks(out: Path, args) -> dict[str, list[Path]]:
 def make_demos(out: Path, dirs: list[Path], jobs: int, faults_per_task: int = 0, name: str = "demos",
                solve_rows: bool = False) -> Path:
     from reterm_jax.tasks.demos import build_demos
-    name += "_solve" if solve_rows else ""  # another file: a run never reuses rows made without them
+    plain = out / f"{name}.jsonl"
+    name += "_solve" if solve_rows else ""  # another file: the rows made without them stay as they were
     path = out / f"{name}.jsonl"
     if not path.exists():
         tmp = out / f"{name}.jsonl.tmp"
-        n = build_demos([str(d) for d in dirs], tmp, jobs=jobs, faults_per_task=faults_per_task, solve_rows=solve_rows)
+        reuse = plain if solve_rows and plain.exists() else None  # only the first-attempt rows run
+        n = build_demos([str(d) for d in dirs], tmp, jobs=jobs, faults_per_task=faults_per_task, solve_rows=solve_rows,
+                        reuse=reuse)
         tmp.rename(path)
         log(f"{name}: {n} rows from {len(dirs)} instances")
     return path

@@ -52,9 +52,17 @@ def test_demonstrations_of_a_train_instance(docker_client, tmp_path):
         build_demos([str(held)], tmp_path / "no.jsonl")
     assert not (tmp_path / "no.jsonl").exists()
     (novel,) = generate([FAMILIES["ini-retarget"]], "novel", 1, seed=5, out=tmp_path / "novel")
-    # with a first-attempt row: the oracle from the clean state, verified, trained on as attempt 1
-    assert build_demos([str(novel)], tmp_path / "novel.jsonl", jobs=2, faults_per_task=1, solve_rows=True) == 3
+    assert build_demos([str(novel)], tmp_path / "plain.jsonl", jobs=2, faults_per_task=1) == 2
+    plain = [json.loads(line) for line in (tmp_path / "plain.jsonl").read_text().splitlines()]
+    # with a first-attempt row: the oracle from the clean state, verified, trained on as attempt 1;
+    # the recovery rows reused from the build without them, as they were
+    assert build_demos([str(novel)], tmp_path / "novel.jsonl", jobs=2, faults_per_task=1, solve_rows=True,
+                       reuse=tmp_path / "plain.jsonl") == 3
     rows = [json.loads(line) for line in (tmp_path / "novel.jsonl").read_text().splitlines()]
+    assert rows[:2] == plain
+    for wrong, match in ((out, "not one of the 1 given"), (tmp_path / "novel.jsonl", "first-attempt row already")):
+        with pytest.raises(ValueError, match=match):  # before any sandbox starts
+            build_demos([str(novel)], tmp_path / "no.jsonl", solve_rows=True, reuse=wrong)
     (solve,) = [r for r in rows if r["target_attempt_index"] == 1]
     assert solve["verified_rewards"] == {"attempt_1": 1.0} and solve["train_from_message_index"] == 2
     assert [m["role"] for m in solve["messages"][:3]] == ["system", "user", "assistant"]

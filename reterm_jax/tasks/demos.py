@@ -46,35 +46,67 @@ def chosen_faults(faults: dict, index: int, limit: int = 0) -> dict:
     return {k: faults[k] for k in (kinds[(start + j) % len(kinds)] for j in range(limit))}
 
 
-def task_rows(task_dir: str | Path, faults_per_task: int = 0, solve_rows: bool = False) -> list[dict]:
-    meta = generator_meta(task_dir)
-    task = load_task(task_dir)
+def _recoveries(task, meta: dict, faults_per_task: int) -> list[dict]:
     look = tuple(meta.get("inspect") or ()) or (LOOK_AROUND,)
-    rows = []
     faults = meta.get("faults", {meta["fault_kind"]: list(task.fault_commands)})
+    rows = []
     for kind, commands in chosen_faults(faults, int(meta.get("index", 0)), faults_per_task).items():
         new = rows_for_task(dataclasses.replace(task, fault_commands=tuple(commands)), look_around=look)
         log.info("%s (%s): %d rows", task.name, kind, len(new))
         rows += new
+    return rows
+
+
+def task_rows(task_dir: str | Path, faults_per_task: int = 0, solve_rows: bool = False,
+              known: dict[str, list[dict]] | None = None) -> list[dict]:
+    """One instance's rows: its recovery rows (or, with `known`, the ones an earlier build made
+    for it, by task id), then its first-attempt row if `solve_rows`."""
+    task = load_task(task_dir)
+    if known is None:
+        rows = _recoveries(task, generator_meta(task_dir), faults_per_task)
+    else:
+        rows = list(known.get(task.name, []))
     if solve_rows:
         row = solve_row(task)
         rows += [row] if row is not None else []
     return rows
 
 
+def recovery_rows_of(path: str | Path, task_dirs: list[str]) -> dict[str, list[dict]]:
+    """An earlier build's recovery rows of `task_dirs`, by task id, to add first-attempt rows to
+    without running the recoveries again. Refuses a file with rows of other tasks or with
+    first-attempt rows already (a mismatched file would silently give other rows)."""
+    names = {load_task(d).name for d in task_dirs}
+    known: dict[str, list[dict]] = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            if row["task_id"] not in names:
+                raise ValueError(f"{path}: row {row['id']} is of task {row['task_id']!r}, not one of the "
+                                 f"{len(names)} given: pass the task dirs that file was built from")
+            if row.get("target_attempt_index") == 1:
+                raise ValueError(f"{path}: row {row['id']} is a first-attempt row already: pass a file "
+                                 "built without solve_rows")
+            known.setdefault(row["task_id"], []).append(row)
+    return known
+
+
 def build_demos(task_dirs: list[str], out: str | Path, jobs: int = 2, faults_per_task: int = 0,
-                solve_rows: bool = False) -> int:
+                solve_rows: bool = False, reuse: str | Path | None = None) -> int:
     """Write the demonstration rows of `task_dirs` to `out` (JSONL); returns the row count.
     faults_per_task: demonstrate this many of each instance's fault kinds (0 = all; `chosen_faults`):
     more instances for the same Docker time, i.e. more distinct values to copy. solve_rows: one
-    first-attempt row per instance too (`solve_row`)."""
+    first-attempt row per instance too (`solve_row`). reuse: an earlier build of the same tasks
+    (without solve_rows) whose recovery rows are kept as they are: only the first-attempt rows run
+    (the rows and their order are those a build from scratch writes)."""
     heldout = [d for d in task_dirs if generator_meta(d)["split"] not in TRAINING_SPLITS]
     if heldout:
         raise ValueError(f"{len(heldout)} task(s) are not from a training split (e.g. {heldout[0]}); "
                          f"demonstrations are for training: pass {' or '.join(TRAINING_SPLITS)}-split tasks only")
+    known = recovery_rows_of(reuse, task_dirs) if reuse is not None else None
     with SandboxPool(max_concurrency=jobs) as pool:
-        outcomes = pool.map(functools.partial(task_rows, faults_per_task=faults_per_task, solve_rows=solve_rows),
-                            task_dirs)
+        outcomes = pool.map(functools.partial(task_rows, faults_per_task=faults_per_task, solve_rows=solve_rows,
+                                              known=known), task_dirs)
     rows = []
     for o in outcomes:
         if o.ok:
