@@ -14,7 +14,8 @@ Stages (each one's output is reused when it is there: rerun the same command to 
  2. OUT/demos.jsonl: teacher recovery rows of the train instances (reterm_jax.tasks demos), plus
     (--novel_train N) OUT/demos_novel.jsonl of N novel-split instances and (--words_train N)
     OUT/demos_words.jsonl of N words-split ones (English-word names), all in OUT/sft_rows.jsonl
-    (--solve_rows: with one first-attempt row per instance, in *_solve.jsonl files).
+    (--solve_rows: with one first-attempt row per instance, in *_solve.jsonl files; the recovery rows
+    of a run that has the files without them are reused: only the oracles run).
  3. OUT/sft: configs/sft.py:tiny on those rows (from random weights, or --sft_init's), seq_len =
     the longest row (none truncated), checkpoints at each --sft_candidates step; each candidate is
     scored on `val` (recovery from the scripted fault, 1 sample per task); by --warm_start_rule

@@ -156,6 +156,14 @@ def test_cli_writes_tasks_and_rejects_bad_input(tmp_path, capsys):
     assert _files(tmp_path) == before  # nothing was written or removed by the refused runs
     with pytest.raises(ValueError, match="--count=0"):
         generate(parse_families("all"), "train", 0, 0, tmp_path / "x")
+    task = str(tmp_path / "ini-retarget-heldout-s1-000")  # demos refuse before any sandbox starts
+    for args, says in ((["--reuse=old.jsonl"], "--reuse=old.jsonl adds first-attempt rows to an earlier build: add "
+                                               "--solve_rows"),
+                       (["--solve_rows", f"--reuse={tmp_path}/none.jsonl"], "none.jsonl: no such file"),
+                       (["--solve_rows"], "not from a training split")):
+        assert cli(["demos", task, f"--out={tmp_path}/d.jsonl", *args]) == 2
+        assert says in capsys.readouterr().err
+    assert _files(tmp_path) == before
 
 
 def test_the_tiny_presets_turn_fits_every_oracle_command(splits):

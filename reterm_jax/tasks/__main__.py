@@ -2,6 +2,7 @@
 
     python -m reterm_jax.tasks generate --families=all --split=train --count=200 --seed=0 --out=DIR
     python -m reterm_jax.tasks demos DIR/* --out=demos.jsonl     (train split only; needs Docker)
+    python -m reterm_jax.tasks demos DIR/* --solve_rows --reuse=demos.jsonl --out=demos_solve.jsonl
     python -m reterm_jax.tasks drills --rows=4000 --seed=0 --out=drills.jsonl   (copy drills, no Docker)
     python -m reterm_jax.tasks list
 
@@ -11,6 +12,7 @@ for each fault: fault alone 0, fault then oracle 1).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -38,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="demonstrate this many of each instance's fault kinds, in turn by instance (0 = all)")
     d.add_argument("--solve_rows", action="store_true",
                    help="also one first-attempt row per instance: the oracle from the clean state, trained on")
+    d.add_argument("--reuse", metavar="JSONL", default=None,
+                   help="with --solve_rows: an earlier demos file of the same tasks, whose recovery rows are kept "
+                        "as they are (only the first-attempt rows run)")
     r = sub.add_parser("drills", help="synthetic copy-drill SFT rows (reterm_jax/tasks/drills.py)")
     r.add_argument("--rows", type=int, required=True, help="how many rows")
     r.add_argument("--seed", type=int, default=0)
@@ -63,8 +68,12 @@ def main(argv: list[str] | None = None) -> int:
             start = time.monotonic()
             if args.faults_per_task < 0:
                 raise ValueError(f"--faults_per_task={args.faults_per_task}: use 0 (every fault kind) or a positive count")
+            if args.reuse is not None and not args.solve_rows:
+                raise ValueError(f"--reuse={args.reuse} adds first-attempt rows to an earlier build: add --solve_rows")
+            if args.reuse is not None and not os.path.isfile(args.reuse):
+                raise ValueError(f"--reuse={args.reuse}: no such file (an earlier `demos --out` of these tasks)")
             n = build_demos(args.task_dirs, args.out, jobs=args.jobs, faults_per_task=args.faults_per_task,
-                            solve_rows=args.solve_rows)
+                            solve_rows=args.solve_rows, reuse=args.reuse)
         except ValueError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
