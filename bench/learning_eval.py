@@ -19,10 +19,25 @@ def apply_limits(gcfg, limits: dict) -> None:
     gcfg.train.seq_len = limits["grpo_seq_len"]
 
 
-def model_policy(gcfg, hf_dir: str = "", *, model=None, seed: int = 12345):
+def parse_sampling(text: str):
+    """--eval_sampling: "rollout" (None: as GRPO samples, at its rollout temperature) or
+    TEMPERATURE,TOP_K,TOP_P, e.g. 0.6,20,0.95 (configs/eval.py's setting for Qwen3.5)."""
+    from reterm_jax.rl.sampling import SamplingParams
+    if text == "rollout":
+        return None
+    try:
+        t, k, p = text.split(",")
+        return SamplingParams(temperature=float(t), top_k=int(k), top_p=float(p))
+    except ValueError as e:
+        raise ValueError(f"--eval_sampling={text!r}: use rollout or TEMPERATURE,TOP_K,TOP_P, e.g. 0.6,20,0.95 "
+                         f"({e})") from None
+
+
+def model_policy(gcfg, hf_dir: str = "", *, model=None, seed: int = 12345, sampling=None):
     """The model (an HF dir, or a restored model) through the bash harness, sampled as GRPO
-    samples, under the GRPO rollout limits. The seed is the same for every policy: trial keys
-    then depend on (task, sample, attempt) alone (rl/policies.py::trial_key)."""
+    samples (or with `sampling`, a SamplingParams), under the GRPO rollout limits. The seed is the
+    same for every policy: trial keys then depend on (task, sample, attempt) alone
+    (rl/policies.py::trial_key)."""
     from reterm_jax.data import load_tokenizer, special_ids
     from reterm_jax.model.hf_io import load_pretrained
     from reterm_jax.rl.harness import Limits
@@ -36,7 +51,8 @@ def model_policy(gcfg, hf_dir: str = "", *, model=None, seed: int = 12345):
     r = gcfg.rollout
     limits = Limits(max_turns=r.max_turns, max_tokens=r.max_tokens, max_new_tokens_per_turn=r.max_new_tokens_per_turn,
                     wall_clock_s=r.wall_clock_s, command_timeout_s=r.command_timeout_s)
-    return ModelPolicy(sampler, tok, limits, SamplingParams(temperature=r.temperature), seed=seed)
+    sampling = SamplingParams(temperature=r.temperature) if sampling is None else sampling
+    return ModelPolicy(sampler, tok, limits, sampling, seed=seed)
 
 
 def evaluate(policy, dirs: list[Path], *, samples: int, jobs: int, protocols: tuple[str, ...]) -> tuple[dict, list]:

@@ -59,7 +59,7 @@ import grpo as grpo_config  # noqa: E402  (configs/grpo.py)
 import sft as sft_config  # noqa: E402  (configs/sft.py)
 from learning_data import demo_limits, make_tasks, sft_rows  # noqa: E402  (bench/)
 from learning_data import log as _log  # noqa: E402
-from learning_eval import FAULT_RECOVERY, apply_limits, evaluate, model_policy, time_split  # noqa: E402  (bench/)
+from learning_eval import FAULT_RECOVERY, apply_limits, evaluate, model_policy, parse_sampling, time_split  # noqa: E402  (bench/)
 from reterm_jax.rl import learning_report  # noqa: E402
 
 
@@ -362,6 +362,10 @@ def main() -> None:
                         "give the arguments that run had")
     p.add_argument("--stop_after_warm_start", action="store_true",
                    help="stop after the warm start is chosen (tasks, demos, SFT, validation)")
+    p.add_argument("--eval_sampling", default="rollout", metavar="rollout|T,TOP_K,TOP_P",
+                   help="how the held-out evaluation samples: rollout (as GRPO, at its rollout temperature, 1.0) or "
+                        "e.g. 0.6,20,0.95 (configs/eval.py's Qwen3.5 setting); an evaluation saved with other "
+                        "sampling is run again")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jobs", type=int, default=3, help="trials (and demo tasks) at once")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -381,6 +385,10 @@ def main() -> None:
                                    for f in ("config.json", "learning_run_state.json")):
         sys.exit(f"--warm_start={args.warm_start!r}: not a warm start learning_run exported (needs config.json and "
                  "learning_run_state.json), e.g. docs/learning/run13_warm_start_hf")
+    try:
+        sampling = parse_sampling(args.eval_sampling)
+    except ValueError as e:
+        sys.exit(str(e))
     if args.warm_start:
         check_warm_start_args(args)
     for flag in ("novel_train", "words_train"):
@@ -449,18 +457,18 @@ def main() -> None:
             evals[name], timing[name] = evals["warm_start"], {"reused": "warm_start (identical params)"}
             _log(f"held-out evaluation of {name}: its params are the warm start's, so are its trials (reused)")
             continue
-        if cache.exists():
-            saved = json.load(open(cache))
+        saved = json.load(open(cache)) if cache.exists() else None
+        if saved is not None and saved.get("sampling", "rollout") == args.eval_sampling:
             evals[name], timing[name] = saved["summary"], saved["time"]
             continue
         t0 = time.time()
-        summary, trials = evaluate(model_policy(gcfg, str(out / f"{name}_hf")), dirs["heldout"], samples=args.samples,
-                                   jobs=args.jobs, protocols=protocols)
+        summary, trials = evaluate(model_policy(gcfg, str(out / f"{name}_hf"), sampling=sampling), dirs["heldout"],
+                                   samples=args.samples, jobs=args.jobs, protocols=protocols)
         timing[name] = {**time_split(trials), "wall_s": round(time.time() - t0)}
         evals[name] = summary
-        json.dump({"summary": summary, "time": timing[name], "trials": [t.to_json() for t in trials]},
-                  open(cache, "w"), indent=1)
-        stages.setdefault(f"eval_{name}", timing[name]["wall_s"])
+        json.dump({"summary": summary, "time": timing[name], "sampling": args.eval_sampling,
+                   "trials": [t.to_json() for t in trials]}, open(cache, "w"), indent=1)
+        stages[f"eval_{name}"] = timing[name]["wall_s"]
         save()
         _log(f"held-out evaluation of {name}: " + ", ".join(f"{k} {v['score']:.3f}" for k, v in summary.items())
              + f" ({timing[name]})")
@@ -470,7 +478,7 @@ def main() -> None:
                                  extra={"stages_s": stages, "eval_time": timing, "sft": state["sft"],
                                         "grpo": {k: v for k, v in state["grpo"].items() if k != "reward"},
                                         "control": state["control"], "limits": limits,
-                                        "this_invocation_s": round(time.time() - t_all)})
+                                        "eval_sampling": args.eval_sampling, "this_invocation_s": round(time.time() - t_all)})
     json.dump(res, open(out / "result.json", "w"), indent=1)
     try:
         learning_report.plot(res, evals, str(out / "learning.png"))
