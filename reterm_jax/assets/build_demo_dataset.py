@@ -79,9 +79,7 @@ def rows_for_task(task, look_around: tuple[str, ...] = (LOOK_AROUND,)) -> list[d
     """Rows for one recovery task: its fault_commands as attempt 1, two recovery styles."""
     from reterm_jax.sandbox import DockerSandbox, verify
 
-    solve = split_commands(open(task.solution_dir / "solve.sh").read())
     head = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task.instruction}]
-    rows = []
     with DockerSandbox.from_task(task) as sb:
         attempt = run_turns(sb, [(FAULT_OPENING if i == 0 else "", None, c)
                                  for i, c in enumerate(task.fault_commands)], 0)
@@ -93,19 +91,38 @@ def rows_for_task(task, look_around: tuple[str, ...] = (LOOK_AROUND,)) -> list[d
                                     {"role": "user", "content": RETRY_PROMPT}]
         snap = sb.snapshot()
         try:
-            for style, branch in enumerate(snap.branch(2)):
-                with branch:
-                    recovery = run_turns(branch, recovery_steps(solve, style, look_around), 100)
-                    result = verify(branch, task)
-                if not result.resolved:
-                    log.warning("%s style %d: recovery not verified (reward %s, %s)", task.name, style,
-                                result.reward, result.error or result.output[-300:])
-                    continue
-                messages = history + recovery + [{"role": "assistant", "content": RECOVERED_CLAIM}]
-                rows.append(make_row(task.name, messages, len(history),
-                                     {"attempt_1": first.reward, "recovery": result.reward}))
+            rows = recovery_rows(task, snap.branch(2), history, first.reward, look_around)
         finally:
             snap.release()
+    return rows
+
+
+def recovery_rows(task, branches, history: list[dict], first_reward: float,
+                  look_around: tuple[str, ...] = (LOOK_AROUND,)) -> list[dict]:
+    """The teacher's recoveries in two copies of one failed state (`branches`, closed here):
+    style 0 the oracle at once, style 1 after `look_around`; a row for each the verifier then
+    says solved, trained on from its first recovery turn. `history` is everything before the
+    recovery (system, task, the failed attempt, the retry user turn)."""
+    from reterm_jax.sandbox import verify
+
+    solve = split_commands(open(task.solution_dir / "solve.sh").read())
+    rows, branches = [], list(branches)
+    try:
+        results = []
+        for style, branch in enumerate(branches):
+            with branch:
+                results.append((style, run_turns(branch, recovery_steps(solve, style, look_around), 100),
+                                verify(branch, task)))
+    finally:  # a branch that raised must not leave the other running
+        for branch in branches:
+            branch.close()
+    for style, recovery, result in results:
+        if not result.resolved:
+            log.warning("%s style %d: recovery not verified (reward %s, %s)", task.name, style,
+                        result.reward, result.error or result.output[-300:])
+            continue
+        messages = history + recovery + [{"role": "assistant", "content": RECOVERED_CLAIM}]
+        rows.append(make_row(task.name, messages, len(history), {"attempt_1": first_reward, "recovery": result.reward}))
     return rows
 
 

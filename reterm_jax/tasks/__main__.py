@@ -3,6 +3,7 @@
     python -m reterm_jax.tasks generate --families=all --split=train --count=200 --seed=0 --out=DIR
     python -m reterm_jax.tasks demos DIR/* --out=demos.jsonl     (train split only; needs Docker)
     python -m reterm_jax.tasks demos DIR/* --solve_rows --reuse=demos.jsonl --out=demos_solve.jsonl
+    python -m reterm_jax.tasks bank_demos --bank=RUN/failure_bank --out=own.jsonl   (the agent's own failures)
     python -m reterm_jax.tasks drills --rows=4000 --seed=0 --out=drills.jsonl   (copy drills, no Docker)
     python -m reterm_jax.tasks list
 
@@ -43,6 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--reuse", metavar="JSONL", default=None,
                    help="with --solve_rows: an earlier demos file of the same tasks, whose recovery rows are kept "
                         "as they are (only the first-attempt rows run)")
+    b = sub.add_parser("bank_demos", help="teacher recoveries from the agent's own failures (a failure bank) in Docker")
+    b.add_argument("--bank", required=True, help="a failure bank directory (RUN/failure_bank of GRPO with "
+                   "bank.failures_from=policy, or bench/own_failures.py's)")
+    b.add_argument("--out", required=True, help="JSONL file to write")
+    b.add_argument("--jobs", type=int, default=2, help="entries run in parallel")
     r = sub.add_parser("drills", help="synthetic copy-drill SFT rows (reterm_jax/tasks/drills.py)")
     r.add_argument("--rows", type=int, required=True, help="how many rows")
     r.add_argument("--seed", type=int, default=0)
@@ -59,6 +65,21 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: --rows={args.rows}: ask for at least one row", file=sys.stderr)
             return 2
         print(f"wrote {write_drills(args.out, args.rows, args.seed)} copy-drill rows (seed {args.seed}) to {args.out}")
+        return 0
+    if args.cmd == "bank_demos":
+        import logging
+        from reterm_jax.tasks.bank_demos import bank_demos
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+        start = time.monotonic()
+        try:
+            if args.jobs < 1:
+                raise ValueError(f"--jobs={args.jobs}: run at least one entry at a time")
+            n = bank_demos(args.bank, args.out, jobs=args.jobs)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(f"wrote {n['rows']} rows from {n['entries_with_rows']} of {n['entries']} bank entries "
+              f"({n['skipped']} skipped) to {args.out} in {time.monotonic() - start:.0f} s")
         return 0
     if args.cmd == "demos":
         import logging

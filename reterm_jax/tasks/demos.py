@@ -91,6 +91,17 @@ def recovery_rows_of(path: str | Path, task_dirs: list[str]) -> dict[str, list[d
     return known
 
 
+def write_rows(rows: list[dict], out: str | Path) -> None:
+    """Validate the rows (any invalid one is a bug of the builder: raise) and write them as JSONL."""
+    good, report = validate_rows(rows)
+    if report.invalid:
+        raise RuntimeError(f"{report.invalid} rows failed validation: {[str(e) for e in report.errors][:3]}")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
 def build_demos(task_dirs: list[str], out: str | Path, jobs: int = 2, faults_per_task: int = 0,
                 solve_rows: bool = False, reuse: str | Path | None = None) -> int:
     """Write the demonstration rows of `task_dirs` to `out` (JSONL); returns the row count.
@@ -113,11 +124,5 @@ def build_demos(task_dirs: list[str], out: str | Path, jobs: int = 2, faults_per
             rows += o.value
         else:  # one broken instance must not lose the others' rows
             log.error("%s: %s", o.item, o.error)
-    good, report = validate_rows(rows)
-    if report.invalid:
-        raise RuntimeError(f"{report.invalid} rows failed validation: {[str(e) for e in report.errors][:3]}")
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    write_rows(rows, out)
     return len(rows)
