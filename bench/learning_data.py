@@ -72,13 +72,20 @@ def sft_rows(out: Path, dirs: dict[str, list[Path]], args) -> Path:
     demos = make_demos(out, dirs["train"], args.jobs, args.faults_per_task, solve_rows=solve)
     extra = [make_demos(out, dirs[name], args.jobs, args.faults_per_task, name=f"demos_{name}", solve_rows=solve)
              for name in ("novel", "words") if name in dirs]
-    if not extra:
-        return demos
-    path = out / ("sft_rows_solve.jsonl" if solve else "sft_rows.jsonl")
+    if extra:
+        demos = _joined(out / ("sft_rows_solve.jsonl" if solve else "sft_rows.jsonl"), [demos, *extra])
+    own = [Path(p) for p in getattr(args, "extra_rows", [])]
+    if own:
+        demos = _joined(out / "sft_rows_extra.jsonl", [demos, *own])
+    return demos
+
+
+def _joined(path: Path, parts: list[Path]) -> Path:
     if not path.exists():
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(b"".join(p.read_bytes() for p in [demos, *extra]))
+        tmp.write_bytes(b"".join(p.read_bytes() for p in parts))
         tmp.rename(path)
+        log(f"{path.name}: {sum(1 for _ in open(path))} rows from {', '.join(p.name for p in parts)}")
     return path
 
 

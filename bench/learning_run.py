@@ -4,7 +4,7 @@
         [--sft_candidates 400,800,1200] [--grpo_steps 20] [--jobs 3] [--families all|NAME,...]
         [--faults_per_task N] [--sft_batch B] [--sft_restart STEPS@LR ...] [--sft_init HF_DIR] [--sft_lr LR]
         [--novel_train N] [--words_train N] [--solve_rows] [--val_split train|novel|words-val] [--grpo_train N]
-        [--grpo_split train|novel|words]
+        [--grpo_split train|novel|words] [--extra_rows JSONL ...]
         [--stop_after_warm_start] [--warm_start HF_DIR] [--set rollout.group_size=8 ...]
 
 Stages (each one's output is reused when it is there: rerun the same command to resume):
@@ -15,7 +15,9 @@ Stages (each one's output is reused when it is there: rerun the same command to 
     (--novel_train N) OUT/demos_novel.jsonl of N novel-split instances and (--words_train N)
     OUT/demos_words.jsonl of N words-split ones (English-word names), all in OUT/sft_rows.jsonl
     (--solve_rows: with one first-attempt row per instance, in *_solve.jsonl files; the recovery rows
-    of a run that has the files without them are reused: only the oracles run).
+    of a run that has the files without them are reused: only the oracles run). --extra_rows FILE
+    adds rows made elsewhere (e.g. bench/own_failures.py: the teacher's recoveries from the warm
+    start's own failed attempts), all in OUT/sft_rows_extra.jsonl.
  3. OUT/sft: configs/sft.py:tiny on those rows (from random weights, or --sft_init's), seq_len =
     the longest row (none truncated), checkpoints at each --sft_candidates step; each candidate is
     scored on `val` (recovery from the scripted fault, 1 sample per task); by --warm_start_rule
@@ -323,6 +325,10 @@ def main() -> None:
                    help="add one first-attempt row per demonstrated instance (the oracle from the clean state, "
                         "trained on as attempt 1): recovery rows never train the first attempt that pass@1 and "
                         "recovery@2 start from (run 15: 58%% of the warm start's first attempts never closed a turn)")
+    p.add_argument("--extra_rows", action="append", default=[], metavar="JSONL",
+                   help="more SFT rows (repeatable), e.g. the teacher's recoveries from the warm start's own failures "
+                        "(bench/own_failures.py --rows, reterm_jax/tasks/bank_demos.py), joined after the "
+                        "demonstrations in OUT/sft_rows_extra.jsonl; train-split tasks only")
     p.add_argument("--val_split", default="train", choices=("train", "novel", "words-val"),
                    help="the validation slice's split: train (train-pool names), novel (made-up names the "
                         "model never saw: measures copying, as held-out names need, without the held-out pools) "
@@ -401,6 +407,9 @@ def main() -> None:
             learning_report.parse_restart(spec)
     except ValueError as e:
         sys.exit(str(e))
+    missing = [p for p in args.extra_rows if not os.path.isfile(p)]
+    if missing:
+        sys.exit(f"--extra_rows={missing[0]}: no such file (bench/own_failures.py --rows writes one)")
     if args.faults_per_task < 0:
         sys.exit(f"--faults_per_task={args.faults_per_task}: use 0 (every fault kind) or a positive count")
     protocols = tuple(x.strip() for x in args.protocols.split(",") if x.strip())
