@@ -152,3 +152,20 @@ def test_an_image_with_another_user_is_swept_and_verified_as_its_user(docker_cli
         assert not any("reward.txt" in p for p in _processes(sb))
         assert sb.exec("stat -c %U /logs/verifier/reward.txt", persist=False).output == "agent\n"
         assert verify(other, in_place=True).resolved
+
+
+def test_a_prelude_whose_stream_breaks_is_not_reported_as_a_failing_sweep(greeting, monkeypatch):
+    """A stream that ends before the prelude reports, with no failing status (here: the server's
+    ready wait times out while the prelude still runs), is a broken connection, not a sweep
+    that "ended with status 0"; nothing is consumed."""
+    import functools
+
+    from reterm_jax.sandbox import sandbox as sandbox_module
+    _, sb = greeting
+    monkeypatch.setattr(sandbox_module, "ShellSession",
+                        functools.partial(sandbox_module.ShellSession, ready_timeout_s=1.0))
+    with pytest.raises(SandboxError, match="connection to its new shell server broke before the prelude reported"):
+        sb.consume("test", prelude="sleep 8")
+    monkeypatch.undo()
+    assert sb.exec("echo still-here").output.strip() == "still-here"  # not consumed
+    assert sb.consume("test", prelude="exit 3") == 3  # a prelude that fails still gives its status

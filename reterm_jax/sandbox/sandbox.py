@@ -447,7 +447,8 @@ class DockerSandbox:
         shell server ends, and agent commands (persist=True) and snapshots are refused with `reason`.
         Verifier commands (persist=False) still run, on a new server. With `prelude` (bash run in
         the new server's process before it serves) the new server starts now, and if the prelude
-        fails nothing is consumed: returns its exit status (None: consumed)."""
+        fails nothing is consumed: returns its exit status (None: consumed). SandboxError when the
+        connection broke before the prelude reported, with no failing status to return."""
         with self._lock:
             if self._closed:
                 raise SandboxError(f"sandbox {self.name} is closed")
@@ -459,6 +460,10 @@ class DockerSandbox:
                     self._session = ShellSession(get_client(self.endpoint).api, self.id, shell.OUTER, shell.INNER,
                                                  prelude=prelude, setup=self._session_setup)
                 except PreludeFailed as e:
+                    if not e.exit_code:  # 0 or unknown: the prelude did not fail, its stream broke
+                        raise SandboxError(f"sandbox {self.name}: the connection to its new shell server broke "
+                                           f"before the prelude reported (exec status {e.exit_code}; {e.cause}); "
+                                           "was the container stopped or removed?") from e
                     return e.exit_code
                 except (docker.errors.APIError, requests.RequestException) as e:
                     raise SandboxError(f"sandbox {self.name}: could not start a shell server: {e}") from e

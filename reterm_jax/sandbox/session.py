@@ -46,9 +46,10 @@ READY = b"reterm-server-ready\n"
 class PreludeFailed(Exception):
     """The bash run before the server (ShellSession's `prelude`) failed: `exit_code` is its status."""
 
-    def __init__(self, exit_code: int | None):
-        super().__init__(f"the shell server's prelude failed (exit {exit_code})")
+    def __init__(self, exit_code: int | None, cause: str = ""):
+        super().__init__(f"the shell server's prelude failed (exit {exit_code})" + (f": {cause}" if cause else ""))
         self.exit_code = exit_code
+        self.cause = cause  # what ended the stream before the server said it was ready
 
 
 def _exit_code(api: docker.APIClient, exec_id: str, wait_s: float = 2.0) -> int | None:
@@ -80,9 +81,9 @@ class ShellSession:
             try:
                 while not self._buf.endswith(READY):
                     self._buf += self._next_stdout_frame()
-            except (SessionBroken, OSError):
+            except (SessionBroken, OSError) as e:
                 self.close()
-                raise PreludeFailed(_exit_code(api, exec_id)) from None
+                raise PreludeFailed(_exit_code(api, exec_id), f"{type(e).__name__}: {e}".rstrip(": ")) from None
             self._buf = b""
 
     def request(self, command: str, *, persist: bool, timeout_s: int, head_bytes: int,
