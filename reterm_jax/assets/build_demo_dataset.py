@@ -110,10 +110,9 @@ def recovery_rows(task, branches, history: list[dict], first_reward: float,
     try:
         results = []
         for style, branch in enumerate(branches):
-            with branch:
-                results.append((style, run_turns(branch, recovery_steps(solve, style, look_around), 100),
-                                verify(branch, task)))
-    finally:  # a branch that raised must not leave the other running
+            results.append((style, run_turns(branch, recovery_steps(solve, style, look_around), 100),
+                            verify(branch, task)))
+    finally:  # every branch goes, also when one raised
         for branch in branches:
             branch.close()
     for style, recovery, result in results:

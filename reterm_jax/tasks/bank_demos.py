@@ -21,6 +21,7 @@ import math
 from pathlib import Path
 
 from reterm_jax.assets.build_demo_dataset import LOOK_AROUND, RETRY_PROMPT, recovery_rows
+from reterm_jax.sandbox import load_task
 from reterm_jax.tasks.demos import write_rows
 from reterm_jax.tasks.pools import TRAINING_SPLITS
 
@@ -59,7 +60,7 @@ def _split(task) -> str | None:
 def entry_rows(bank, entry_id: str) -> list[dict]:
     """The verified teacher rows of one bank entry (0, 1 or 2)."""
     entry = bank.get(entry_id)
-    task = bank._task(entry.task_dir)
+    task = load_task(entry.task_dir)  # with its solution: the oracle recovers
     history = attempt_history(entry.messages)
     return recovery_rows(task, bank.branch(entry, 2), history, float(entry.reward), _look_around(task))
 
@@ -83,7 +84,7 @@ def bank_demos(bank_dir: str | Path, out: str | Path, jobs: int = 2) -> dict:
                 log.warning("entry %s: its task %s is gone; skipped", entry_id, entry.task_dir)
                 skipped += 1
                 continue
-            split = _split(bank._task(entry.task_dir))
+            split = _split(load_task(entry.task_dir, require_solution=False))
             if split is not None and split not in TRAINING_SPLITS:
                 raise ValueError(f"entry {entry_id} is a failure on {entry.task_name}, a {split}-split task: "
                                  f"demonstrations are for training: bank failures of {' or '.join(TRAINING_SPLITS)}"
