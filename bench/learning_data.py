@@ -80,6 +80,11 @@ def sft_rows(out: Path, dirs: dict[str, list[Path]], args) -> Path:
     return demos
 
 
+def extra_rows(out: Path, args) -> Path:
+    """--extra_rows alone, in one file (OUT/sft_rows_own.jsonl): what --sft_on=extra trains on."""
+    return _joined(out / "sft_rows_own.jsonl", [Path(p) for p in args.extra_rows])
+
+
 def _joined(path: Path, parts: list[Path]) -> Path:
     if not path.exists():
         tmp = path.with_name(path.name + ".tmp")

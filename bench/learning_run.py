@@ -4,7 +4,7 @@
         [--sft_candidates 400,800,1200] [--grpo_steps 20] [--jobs 3] [--families all|NAME,...]
         [--faults_per_task N] [--sft_batch B] [--sft_restart STEPS@LR ...] [--sft_init HF_DIR] [--sft_lr LR]
         [--novel_train N] [--words_train N] [--solve_rows] [--val_split train|novel|words-val] [--grpo_train N]
-        [--grpo_split train|novel|words] [--extra_rows JSONL ...]
+        [--grpo_split train|novel|words] [--extra_rows JSONL ...] [--sft_on all|extra]
         [--stop_after_warm_start] [--warm_start HF_DIR] [--set rollout.group_size=8 ...]
 
 Stages (each one's output is reused when it is there: rerun the same command to resume):
@@ -17,7 +17,8 @@ Stages (each one's output is reused when it is there: rerun the same command to 
     (--solve_rows: with one first-attempt row per instance, in *_solve.jsonl files; the recovery rows
     of a run that has the files without them are reused: only the oracles run). --extra_rows FILE
     adds rows made elsewhere (e.g. bench/own_failures.py: the teacher's recoveries from the warm
-    start's own failed attempts), all in OUT/sft_rows_extra.jsonl.
+    start's own failed attempts), all in OUT/sft_rows_extra.jsonl; with --sft_on=extra the SFT and the
+    control train on those rows alone (OUT/sft_rows_own.jsonl) while the rollout limits cover every row.
  3. OUT/sft: configs/sft.py:tiny on those rows (from random weights, or --sft_init's), seq_len =
     the longest row (none truncated), checkpoints at each --sft_candidates step; each candidate is
     scored on `val` (recovery from the scripted fault, 1 sample per task); by --warm_start_rule
@@ -59,7 +60,7 @@ from absl import logging  # noqa: E402
 
 import grpo as grpo_config  # noqa: E402  (configs/grpo.py)
 import sft as sft_config  # noqa: E402  (configs/sft.py)
-from learning_data import demo_limits, make_tasks, sft_rows  # noqa: E402  (bench/)
+from learning_data import demo_limits, extra_rows, make_tasks, sft_rows  # noqa: E402  (bench/)
 from learning_data import log as _log  # noqa: E402
 from learning_eval import FAULT_RECOVERY, apply_limits, evaluate, model_policy, parse_sampling, time_split  # noqa: E402  (bench/)
 from reterm_jax.rl import learning_report  # noqa: E402
@@ -147,6 +148,9 @@ def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, sta
     elif (state["sft"].get("init") or "") != args.sft_init:
         sys.exit(f"--sft_init={args.sft_init!r}, but OUT/sft started from {state['sft'].get('init') or 'random weights'!r}: "
                  "use the same --sft_init, or a new --out")
+    elif state["sft"].get("rows", str(demos)) != str(demos):
+        sys.exit(f"--sft_on={args.sft_on}: the SFT would train on {demos}, but OUT/sft trained on {state['sft']['rows']}: "
+                 "use the run's --sft_on and --extra_rows, or a new --out")
     if state["sft"].get("val_split", "train") != args.val_split:  # scored on another slice: score again
         for key in ("val_scores", "fit_scores"):
             state["sft"].pop(key, None)
@@ -197,8 +201,8 @@ def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, sta
 
 
 # The arguments that decide the SFT rows (the control continues the warm start's SFT on them).
-SAME_ROWS = ("families", "train", "novel_train", "words_train", "solve_rows", "faults_per_task", "seed")
-_ABSENT = {"words_train": 0, "solve_rows": False}  # arguments newer than a saved run: the value the run had
+SAME_ROWS = ("families", "train", "novel_train", "words_train", "solve_rows", "faults_per_task", "seed", "sft_on")
+_ABSENT = {"words_train": 0, "solve_rows": False, "sft_on": "all"}  # arguments newer than a saved run: the value the run had
 
 
 def check_warm_start_args(args) -> None:
@@ -329,6 +333,11 @@ def main() -> None:
                    help="more SFT rows (repeatable), e.g. the teacher's recoveries from the warm start's own failures "
                         "(bench/own_failures.py --rows, reterm_jax/tasks/bank_demos.py), joined after the "
                         "demonstrations in OUT/sft_rows_extra.jsonl; train-split tasks only")
+    p.add_argument("--sft_on", default="all", choices=("all", "extra"),
+                   help="the rows the SFT and the control train on: all (the demonstrations and --extra_rows) or "
+                        "extra (--extra_rows only, e.g. a round of own-failure rows fine-tuned into an earlier policy "
+                        "without retraining the rows it has learned: run 19 lost run 18's gain that way); the "
+                        "rollout limits still cover every row")
     p.add_argument("--val_split", default="train", choices=("train", "novel", "words-val"),
                    help="the validation slice's split: train (train-pool names), novel (made-up names the "
                         "model never saw: measures copying, as held-out names need, without the held-out pools) "
@@ -407,6 +416,8 @@ def main() -> None:
             learning_report.parse_restart(spec)
     except ValueError as e:
         sys.exit(str(e))
+    if args.sft_on == "extra" and not args.extra_rows:
+        sys.exit("--sft_on=extra trains on the --extra_rows rows only: give at least one --extra_rows JSONL")
     missing = [p for p in args.extra_rows if not os.path.isfile(p)]
     if missing:
         sys.exit(f"--extra_rows={missing[0]}: no such file (bench/own_failures.py --rows writes one)")
@@ -430,6 +441,10 @@ def main() -> None:
     dirs = make_tasks(out, args)
     demos = sft_rows(out, dirs, args)
     limits = demo_limits(demos)
+    train_rows, sft_limits = demos, limits  # what the SFT and the control train on
+    if args.sft_on == "extra":
+        train_rows = extra_rows(out, args)
+        sft_limits = {**limits, "sft_seq_len": demo_limits(train_rows)["sft_seq_len"]}
     stages.setdefault("tasks_and_demos", round(time.time() - t0))
     _log(f"tasks: {', '.join(f'{k} {len(v)}' for k, v in dirs.items())}; demos {limits['rows']} rows, "
          f"longest {limits['longest_row']} tokens -> {limits}")
@@ -440,13 +455,14 @@ def main() -> None:
     gcfg.train.steps = args.grpo_steps
     apply_limits(gcfg, limits)
     apply_sets(gcfg, args.set)
-    state["config"] = {"grpo": json.loads(gcfg.to_json_best_effort()), "limits": limits, "args": vars(args)}
+    state["config"] = {"grpo": json.loads(gcfg.to_json_best_effort()), "limits": limits, "args": vars(args),
+                       "sft_rows": str(train_rows), "sft_seq_len": sft_limits["sft_seq_len"]}
 
     first = (lambda: import_warm_start(out, args, limits, state, save)) if args.warm_start else \
-        (lambda: warm_start(out, args, limits, demos, dirs, gcfg, state, save))
+        (lambda: warm_start(out, args, sft_limits, train_rows, dirs, gcfg, state, save))
     for name, fn in (("warm_start", first),
                      ("grpo", lambda: run_grpo(out, gcfg, out / "warm_start_hf", state)),
-                     ("control", lambda: run_control(out, args, limits, demos, out / "warm_start_hf", state,
+                     ("control", lambda: run_control(out, args, sft_limits, train_rows, out / "warm_start_hf", state,
                                                            gcfg.optim.lr))):
         t0 = time.time()
         fn()

@@ -2,7 +2,8 @@
 teacher's recovery rows from it (reterm_jax/tasks/bank_demos.py).
 
     python bench/own_failures.py --hf docs/learning/run16_warm_start_hf --tasks 'RUN/tasks/words/*' \
-        --bank OUT/failure_bank --sampling 0.6,20,0.95 [--attempts N] [--batch 8] [--rows OUT/own_rows.jsonl]
+        --bank OUT/failure_bank --sampling 0.6,20,0.95 [--attempts N] [--batch 8] [--rows OUT/own_rows.jsonl] \
+        [--skip_ends max_turns]
 
 One fresh attempt per task (round robin over --tasks, --attempts in all; default one each), sampled
 with --sampling under the rollout limits the HF dir's learning_run_state.json records (a learning
@@ -52,6 +53,9 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=8, help="attempts run at once (one sampler slot each)")
     p.add_argument("--rows", default="", help="then write the bank's teacher recovery rows to this JSONL")
     p.add_argument("--jobs", type=int, default=3, help="entries at once for --rows")
+    p.add_argument("--skip_ends", default="", metavar="REASON,...",
+                   help="--rows leaves out entries whose attempt ended so, e.g. max_turns (run 19: those rows "
+                        "taught long recoveries after long attempts)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
@@ -69,6 +73,11 @@ def main() -> None:
     from reterm_jax.tasks.demos import generator_meta
     from reterm_jax.tasks.pools import TRAINING_SPLITS
 
+    from reterm_jax.tasks.bank_demos import parse_end_reasons
+    try:
+        skip_ends = parse_end_reasons(args.skip_ends)
+    except ValueError as e:
+        sys.exit(str(e))
     dirs = sorted({d for pattern in args.tasks for d in glob.glob(pattern) if os.path.isdir(d)})
     if not dirs:
         sys.exit(f"--tasks {args.tasks}: no task directories match")
@@ -103,7 +112,7 @@ def main() -> None:
     if args.rows:
         from reterm_jax.tasks.bank_demos import bank_demos
         t = time.monotonic()
-        summary["rows"] = bank_demos(args.bank, args.rows, jobs=args.jobs)
+        summary["rows"] = bank_demos(args.bank, args.rows, jobs=args.jobs, skip_ends=skip_ends)
         summary["rows_s"] = round(time.monotonic() - t)
     print(json.dumps(summary))
     Path(args.bank, "own_failures.json").write_text(json.dumps(summary, indent=1))

@@ -9,7 +9,7 @@ import pytest
 
 from reterm_jax.assets.build_demo_dataset import RETRY_PROMPT
 from reterm_jax.rl.harness import SYSTEM_PROMPT, format_observation
-from reterm_jax.tasks.bank_demos import attempt_history
+from reterm_jax.tasks.bank_demos import attempt_history, parse_end_reasons
 
 HEAD = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "Do the task."}]
 
@@ -52,6 +52,21 @@ def test_the_cli_refuses_a_directory_that_is_not_a_bank(tmp_path, capsys):
 
 
 @pytest.mark.docker
+def test_skip_ends_names_end_reasons():
+    assert parse_end_reasons("") == ()
+    assert parse_end_reasons(" max_turns, turn_token_limit ") == ("max_turns", "turn_token_limit")
+    with pytest.raises(ValueError, match=r"--skip_ends='max_turn': 'max_turn' is not an end reason; use some of "
+                                         r"completed, max_turns"):
+        parse_end_reasons("max_turn")
+
+
+def test_cli_refuses_an_unknown_end_reason_first(tmp_path, capsys):
+    from reterm_jax.tasks.__main__ import main
+    assert main(["bank_demos", f"--bank={tmp_path}", f"--out={tmp_path / 'rows.jsonl'}", "--skip_ends=max-turns"]) == 2
+    assert "'max-turns' is not an end reason" in capsys.readouterr().err
+    assert not (tmp_path / "rows.jsonl").exists()
+
+
 def test_rows_from_a_banked_own_failure(docker_client, tmp_path):
     from reterm_jax.data.chat import encode_example
     from reterm_jax.data.schema import validate_rows
@@ -87,8 +102,12 @@ def test_rows_from_a_banked_own_failure(docker_client, tmp_path):
             entry = fail(train, bank)
         index = (bank_dir / "bank.json").read_text()
         out = tmp_path / "rows.jsonl"
-        counts = bank_demos(bank_dir, out, jobs=2)
-        assert counts == {"entries": 1, "rows": 2, "entries_with_rows": 1, "skipped": 0}
+        # leaving out the attempts that ended so runs nothing and writes no row
+        counts = bank_demos(bank_dir, out, jobs=2, skip_ends=("max_turns", "completed"))
+        assert counts == {"entries": 0, "rows": 0, "entries_with_rows": 0, "skipped": 0, "left_out": 1}
+        assert out.read_text() == ""
+        counts = bank_demos(bank_dir, out, jobs=2, skip_ends=("max_turns",))
+        assert counts == {"entries": 1, "rows": 2, "entries_with_rows": 1, "skipped": 0, "left_out": 0}
         assert (bank_dir / "bank.json").read_text() == index  # the bank is left as it was
         rows = [json.loads(line) for line in out.read_text().splitlines()]
         assert validate_rows(rows)[1].invalid == 0

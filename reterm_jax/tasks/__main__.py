@@ -49,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
                    "bank.failures_from=policy, or bench/own_failures.py's)")
     b.add_argument("--out", required=True, help="JSONL file to write")
     b.add_argument("--jobs", type=int, default=2, help="entries run in parallel")
+    b.add_argument("--skip_ends", default="", metavar="REASON,...",
+                   help="leave out entries whose attempt ended so (the bank's end_reason, e.g. max_turns)")
     r = sub.add_parser("drills", help="synthetic copy-drill SFT rows (reterm_jax/tasks/drills.py)")
     r.add_argument("--rows", type=int, required=True, help="how many rows")
     r.add_argument("--seed", type=int, default=0)
@@ -68,18 +70,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cmd == "bank_demos":
         import logging
-        from reterm_jax.tasks.bank_demos import bank_demos
+        from reterm_jax.tasks.bank_demos import bank_demos, parse_end_reasons
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
         start = time.monotonic()
         try:
             if args.jobs < 1:
                 raise ValueError(f"--jobs={args.jobs}: run at least one entry at a time")
-            n = bank_demos(args.bank, args.out, jobs=args.jobs)
+            n = bank_demos(args.bank, args.out, jobs=args.jobs, skip_ends=parse_end_reasons(args.skip_ends))
         except ValueError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
         print(f"wrote {n['rows']} rows from {n['entries_with_rows']} of {n['entries']} bank entries "
-              f"({n['skipped']} skipped) to {args.out} in {time.monotonic() - start:.0f} s")
+              f"({n['skipped']} skipped, {n['left_out']} left out by --skip_ends) to {args.out} "
+              f"in {time.monotonic() - start:.0f} s")
         return 0
     if args.cmd == "demos":
         import logging

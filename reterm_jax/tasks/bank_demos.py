@@ -48,6 +48,19 @@ def attempt_history(messages: list[dict]) -> list[dict]:
     return out + [{"role": "user", "content": RETRY_PROMPT}]
 
 
+def parse_end_reasons(text: str) -> tuple[str, ...]:
+    """`max_turns,turn_token_limit` -> the names, each one an end reason a bank entry can have
+    (rl/harness.py END_REASONS, or the scripted fault's); "" -> none."""
+    from reterm_jax.rl.harness import END_REASONS
+    from reterm_jax.rl.recovery import SCRIPTED_FAULT
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    known = (*END_REASONS, SCRIPTED_FAULT)
+    bad = [x for x in names if x not in known]
+    if bad:
+        raise ValueError(f"--skip_ends={text!r}: {bad[0]!r} is not an end reason; use some of {', '.join(known)}")
+    return names
+
+
 def _look_around(task) -> tuple[str, ...]:
     meta = (task.metadata or {}).get("generator") or {}
     return tuple(meta.get("inspect") or ()) or (LOOK_AROUND,)
@@ -65,10 +78,13 @@ def entry_rows(bank, entry_id: str) -> list[dict]:
     return recovery_rows(task, bank.branch(entry, 2), history, float(entry.reward), _look_around(task))
 
 
-def bank_demos(bank_dir: str | Path, out: str | Path, jobs: int = 2) -> dict:
+def bank_demos(bank_dir: str | Path, out: str | Path, jobs: int = 2, skip_ends: tuple[str, ...] = ()) -> dict:
     """Write the rows of every entry of the bank at `bank_dir` to `out` (JSONL); returns counts
-    {"entries", "rows", "entries_with_rows", "skipped"}. The bank is opened (and locked) only
-    while this runs; nothing in it changes."""
+    {"entries", "rows", "entries_with_rows", "skipped", "left_out"}. Entries whose attempt ended
+    for one of `skip_ends` (the bank's end_reason, e.g. "max_turns": an attempt cut off by the
+    turn limit, whose rows are the longest and teach long recoveries after long attempts) are
+    left out before anything runs. The bank is opened (and locked) only while this runs;
+    nothing in it changes."""
     from reterm_jax.rl.failure_bank import FailureBank
     from reterm_jax.sandbox import SandboxPool
 
@@ -77,9 +93,12 @@ def bank_demos(bank_dir: str | Path, out: str | Path, jobs: int = 2) -> dict:
                          "of a GRPO run (RUN/failure_bank) or of bench/own_failures.py")
     # no pruning while reading: every entry stays, whatever its age or the bank's count
     with FailureBank(bank_dir, max_entries=10**9, max_age_s=math.inf, max_bytes=2**62) as bank:
-        ids, skipped = [], 0
+        ids, skipped, left_out = [], 0, 0
         for entry_id in bank.entry_ids():
             entry = bank.get(entry_id)
+            if entry.end_reason in skip_ends:
+                left_out += 1
+                continue
             if not (Path(entry.task_dir) / "task.toml").is_file():
                 log.warning("entry %s: its task %s is gone; skipped", entry_id, entry.task_dir)
                 skipped += 1
@@ -101,4 +120,5 @@ def bank_demos(bank_dir: str | Path, out: str | Path, jobs: int = 2) -> dict:
             log.error("entry %s: %s", entry_id, o.error)
             skipped += 1
     write_rows(rows, out)
-    return {"entries": len(ids), "rows": len(rows), "entries_with_rows": with_rows, "skipped": skipped}
+    return {"entries": len(ids), "rows": len(rows), "entries_with_rows": with_rows, "skipped": skipped,
+            "left_out": left_out}
