@@ -455,8 +455,7 @@ def main() -> None:
     gcfg.train.steps = args.grpo_steps
     apply_limits(gcfg, limits)
     apply_sets(gcfg, args.set)
-    state["config"] = {"grpo": json.loads(gcfg.to_json_best_effort()), "limits": limits, "args": vars(args),
-                       "sft_rows": str(train_rows), "sft_seq_len": sft_limits["sft_seq_len"]}
+    state["config"] = {"grpo": json.loads(gcfg.to_json_best_effort()), "limits": limits, "args": vars(args)}
 
     first = (lambda: import_warm_start(out, args, limits, state, save)) if args.warm_start else \
         (lambda: warm_start(out, args, sft_limits, train_rows, dirs, gcfg, state, save))
