@@ -105,3 +105,20 @@ def demo_limits(path: Path) -> dict:
     limits = learning_report.run_limits(longest, max(learning_report.recovery_calls(r) for r in rows), turn)
     return {**limits, "rows": len(rows), "longest_row": longest, "longest_turn": turn,
             "target_tokens": int(sum(int(ex.loss_mask.sum()) for ex in encoded))}
+
+
+def steps_for_tokens(path: Path, tokenizer_dir: str, *, seq_len: int, batch_size: int, seed: int,
+                     target_tokens: float) -> tuple[int, float]:
+    """How many SFT steps on the rows at `path` train `target_tokens` loss tokens: the batches
+    configs/sft.py's pipeline feeds a run with this seed, seq_len and batch (rows repeat forever,
+    overlong rows dropped), counted until their loss tokens reach the target. (steps, their tokens)."""
+    from reterm_jax.data import BASH_TOOL, load_and_validate, load_tokenizer, sft_dataset
+    rows, _ = load_and_validate(str(path))
+    dataset, _ = sft_dataset(rows, load_tokenizer(tokenizer_dir), seq_len=seq_len, batch_size=batch_size, seed=seed,
+                             num_epochs=None, overlong="drop", tools=[BASH_TOOL], shard_index=0, shard_count=1)
+    steps, tokens = 0, 0.0
+    for batch in dataset:
+        if tokens >= target_tokens:
+            break
+        steps, tokens = steps + 1, tokens + float(batch["target_mask"].sum())
+    return steps, tokens

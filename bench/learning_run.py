@@ -5,7 +5,7 @@
         [--faults_per_task N] [--sft_batch B] [--sft_restart STEPS@LR ...] [--sft_init HF_DIR] [--sft_lr LR]
         [--novel_train N] [--words_train N] [--solve_rows] [--val_split train|novel|words-val] [--grpo_train N]
         [--grpo_split train|novel|words] [--extra_rows JSONL ...] [--sft_on all|extra]
-        [--stop_after_warm_start] [--warm_start HF_DIR] [--set rollout.group_size=8 ...]
+        [--stop_after_warm_start] [--warm_start HF_DIR] [--start_policy HF_DIR] [--set rollout.group_size=8 ...]
 
 Stages (each one's output is reused when it is there: rerun the same command to resume):
  1. OUT/tasks/{train,val,heldout[,grpo,novel,words]}: generated instances (reterm_jax.tasks). `val` is a
@@ -28,7 +28,8 @@ Stages (each one's output is reused when it is there: rerun the same command to 
     new schedule, whose checkpoints are candidates too. The held-out split plays no part in any choice.
     --warm_start HF_DIR skips this stage: an earlier run's warm start (its learning_run_state.json
     says how it was trained; the arguments that make the rows, and the rows, must match) is
-    OUT/warm_start_hf.
+    OUT/warm_start_hf. --start_policy HF_DIR skips it too: any exported policy (e.g. an earlier
+    run's grpo_hf: a second GRPO round) is OUT/warm_start_hf.
  4. OUT/grpo: configs/grpo.py:tiny from the warm start on the train instances (--grpo_train N:
     on N other instances of --grpo_split, OUT/tasks/grpo, that no demonstration showed); failure
     bank from their scripted faults, rollout limits covering the longest demonstration -> OUT/grpo_hf.
@@ -60,7 +61,7 @@ from absl import logging  # noqa: E402
 
 import grpo as grpo_config  # noqa: E402  (configs/grpo.py)
 import sft as sft_config  # noqa: E402  (configs/sft.py)
-from learning_data import demo_limits, extra_rows, make_tasks, sft_rows  # noqa: E402  (bench/)
+from learning_data import demo_limits, extra_rows, make_tasks, sft_rows, steps_for_tokens  # noqa: E402  (bench/)
 from learning_data import log as _log  # noqa: E402
 from learning_eval import FAULT_RECOVERY, apply_limits, evaluate, model_policy, parse_sampling, time_split  # noqa: E402  (bench/)
 from reterm_jax.rl import learning_report  # noqa: E402
@@ -236,6 +237,22 @@ def import_warm_start(out: Path, args, limits: dict, state: dict, save) -> Path:
     return hf
 
 
+def import_start_policy(out: Path, args, state: dict, save) -> Path:
+    """--start_policy: any exported policy (e.g. an earlier run's grpo_hf, for a second GRPO round)
+    becomes OUT/warm_start_hf with no SFT; the control continues from it on this run's rows."""
+    src, hf = Path(args.start_policy).absolute(), out / "warm_start_hf"
+    if state.get("sft", {}).get("start_policy", str(src)) != str(src) or "chosen_step" in state.get("sft", {}):
+        was = state["sft"].get("start_policy") or f"SFT step {state['sft']['chosen_step']}"
+        sys.exit(f"--start_policy={args.start_policy}: OUT already started from {was}; use a new --out")
+    if "sft" not in state:
+        state["sft"] = {"start_policy": str(src), "steps": 0, "batch_size": args.sft_batch, "target_tokens": 0.0}
+        save()
+    if not hf.exists():
+        shutil.copytree(src, hf)
+    _log(f"warm start: {src} (--start_policy: no SFT)")
+    return hf
+
+
 def run_grpo(out: Path, gcfg, warm: Path, state: dict) -> Path:
     from reterm_jax.train import grpo
     hf = out / "grpo_hf"
@@ -279,18 +296,24 @@ def run_control(out: Path, args, limits: dict, demos: Path, warm: Path, state: d
     hf = out / "control_hf"
     if hf.exists() and "control" in state:
         return hf
-    per_step = state["sft"]["target_tokens"] / state["sft"]["steps"]
-    steps = int(round(state["grpo"]["target_tokens"] / per_step)) if per_step else 0
+    cfg = sft_config.get_config("tiny")
+    cfg.seed = args.seed + 2  # another pass over the rows, in neither SFT phase's order
+    cfg.train.batch_size = state["sft"].get("batch_size", 1)  # per_step counts the warm start's batches
+    if state["sft"]["steps"]:
+        per_step = state["sft"]["target_tokens"] / state["sft"]["steps"]
+        steps = int(round(state["grpo"]["target_tokens"] / per_step)) if per_step else 0
+    elif state["grpo"]["target_tokens"]:  # --start_policy: no SFT to measure a step by; count the control's batches
+        steps, _ = steps_for_tokens(demos, str(warm), seq_len=limits["sft_seq_len"], batch_size=cfg.train.batch_size,
+                                    seed=cfg.seed, target_tokens=state["grpo"]["target_tokens"])
+    else:
+        steps = 0
     if steps == 0:  # GRPO applied no update: the compute-matched control is the warm start itself
         shutil.copytree(warm, hf, dirs_exist_ok=True)
         state["control"] = {"steps": 0, "target_tokens": 0.0}
         return hf
-    cfg = sft_config.get_config("tiny")
-    cfg.seed = args.seed + 2  # another pass over the rows, in neither SFT phase's order
     cfg.model.hf_path, cfg.data.tokenizer = str(warm), str(warm)
     cfg.data.path, cfg.data.seq_len, cfg.data.overlong = str(demos), limits["sft_seq_len"], "drop"
     cfg.train.steps, cfg.train.log_every = steps, 10
-    cfg.train.batch_size = state["sft"].get("batch_size", 1)  # per_step counts the warm start's batches
     lr = grpo_lr if args.control_lr == "grpo" else _warm_start_lr(state)
     cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.end_lr_ratio = lr, 0, 1.0
     cfg.checkpoint.every = steps
@@ -375,6 +398,10 @@ def main() -> None:
                    help="skip the SFT: start GRPO and the control from this earlier run's warm start (a "
                         "warm_start_hf with its learning_run_state.json, e.g. docs/learning/run13_warm_start_hf); "
                         "give the arguments that run had")
+    p.add_argument("--start_policy", default="", metavar="HF_DIR",
+                   help="skip the SFT: start GRPO and the control from this exported policy (e.g. an earlier run's "
+                        "grpo_hf, for a second GRPO round: docs/learning/run18_grpo_hf); the control continues SFT "
+                        "from it on this run's rows (--sft_on) for GRPO's loss tokens at GRPO's LR")
     p.add_argument("--stop_after_warm_start", action="store_true",
                    help="stop after the warm start is chosen (tasks, demos, SFT, validation)")
     p.add_argument("--eval_sampling", default="rollout", metavar="rollout|T,TOP_K,TOP_P",
@@ -406,6 +433,15 @@ def main() -> None:
         sys.exit(str(e))
     if args.warm_start:
         check_warm_start_args(args)
+    if args.start_policy:
+        if not os.path.isfile(os.path.join(args.start_policy, "config.json")):
+            sys.exit(f"--start_policy={args.start_policy!r}: not an HF model directory (no config.json); pass e.g. "
+                     "docs/learning/run18_grpo_hf")
+        clash = [f for f in ("warm_start", "sft_init", "sft_restart", "stop_after_warm_start") if getattr(args, f)]
+        if args.control_lr != "grpo":
+            clash.append("control_lr=sft")
+        if clash:
+            sys.exit(f"--start_policy has no SFT, so --{clash[0]} does not apply: leave it out")
     for flag in ("novel_train", "words_train"):
         if getattr(args, flag) < 0:
             sys.exit(f"--{flag}={getattr(args, flag)}: use 0 (none) or a positive count")
@@ -458,6 +494,7 @@ def main() -> None:
     state["config"] = {"grpo": json.loads(gcfg.to_json_best_effort()), "limits": limits, "args": vars(args)}
 
     first = (lambda: import_warm_start(out, args, limits, state, save)) if args.warm_start else \
+        (lambda: import_start_policy(out, args, state, save)) if args.start_policy else \
         (lambda: warm_start(out, args, sft_limits, train_rows, dirs, gcfg, state, save))
     for name, fn in (("warm_start", first),
                      ("grpo", lambda: run_grpo(out, gcfg, out / "warm_start_hf", state)),

@@ -107,6 +107,17 @@ def test_resume_reproduces_the_uninterrupted_losses(cli_run):
     got = {**first["losses"], **second["losses"]}
     for step in range(1, STEPS + 1):
         np.testing.assert_allclose(got[step], reference[step], rtol=1e-6, err_msg=f"step {step}")
+    # bench/learning_run's control with no SFT to measure a step by counts these batches beforehand
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    from learning_data import steps_for_tokens
+
+    from reterm_jax.data.tokenizer import TINY_TOKENIZER_DIR
+    count = lambda tokens: steps_for_tokens(cli_run["data"], TINY_TOKENIZER_DIR, seq_len=1024, batch_size=4,  # noqa: E731
+                                            seed=_config(cli_run["data"]).seed, target_tokens=tokens)
+    total = first["target_tokens"] + second["target_tokens"]
+    assert count(total) == (STEPS, total)
+    assert count(first["target_tokens"]) == (2, first["target_tokens"])
+    assert count(first["target_tokens"] + 1)[0] == 3
 
 
 _EIGHT_DEVICES = """
