@@ -87,6 +87,11 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c.rollout.verify = "in_place"   # where an attempt's tests run: "in_place" (its own container, every process
     #                                 it left killed first: nothing continues from it) or "clone" (a clone of its
     #                                 committed state; ~0.3-0.5 s more per attempt; docs/grpo.md)
+    c.rollout.guide = "off"         # "teacher": a group whose G attempts all failed gets the task's oracle
+    #                                 recovery (solution/solve.sh as tool calls, teacher-forced through the policy,
+    #                                 verified on a branch of the same state) in place of one failed attempt, so the
+    #                                 states the policy cannot solve yet give a signal (off-policy guidance, LUFFY;
+    #                                 docs/grpo.md)
     c.rollout.prefetch_branches = True  # with workers > 0: a worker draws its next failure state when a group
     #                                 starts and starts its G branches while the group runs (the entry is then
     #                                 one of the in-flight ones a resume skips; docs/grpo.md)

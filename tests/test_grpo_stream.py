@@ -142,6 +142,22 @@ def test_dynamic_sampling_backfills_to_a_static_batch():
     assert b["stats"]["groups_filtered"] == 0 and (b["advantages"][:4] == 0).all()
 
 
+def test_a_guided_member_trains_but_is_not_the_policys_reward():
+    """A teacher's member (Group.guided, rl/guidance.py) makes an all-fail group usable and trains
+    with the group's advantage like a sampled member, but the reward and pass-rate metrics are the
+    policy's own attempts only; the stream counts the guided groups it used."""
+    guided = make_group([0, 0, 0, 1])
+    guided.guided = [False, False, False, True]
+    b = next(iter(GroupStream(ListProducer([guided, make_group([1, 0, 0, 0])]), cfg())))
+    assert b["stats"]["groups_used"] == 2 and b["stats"]["groups_guided"] == 1
+    np.testing.assert_allclose(b["advantages"][:4, 0], [-1 / np.sqrt(3)] * 3 + [np.sqrt(3)], rtol=1e-5)
+    assert b["loss_mask"][3].sum() > 0 and b["weights"][3, 0] == 1.0
+    assert float(b["stats"]["reward_mean"]) == pytest.approx(1 / 7)  # 3 + 4 sampled members, one pass
+    assert float(b["stats"]["pass_rate"]) == pytest.approx(1 / 7)
+    with pytest.raises(ValueError, match="guided flags"):
+        Group("g", "t", "", 0, [make_traj()] * 2, [True] * 2, [0.0] * 2, [False] * 2, guided=[True])
+
+
 def test_max_pulls_pads_with_zero_weight_rows():
     groups = [make_group([0, 0, 0, 0]), make_group([1, 0, 0, 0]), make_group([0, 0, 0, 0])]
     b = next(iter(GroupStream(ListProducer(groups), cfg(max_pulls_per_step=3))))

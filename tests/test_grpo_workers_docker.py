@@ -157,6 +157,43 @@ def test_seeding_from_fault_commands_banks_the_scripted_failure_once(bank, task_
         RecoveryConfig(engine="slots")
 
 
+def test_teacher_guidance_replaces_a_failed_member_of_an_all_fail_group(bank, task_path, sampler, tok):
+    """guide="teacher": when every sampled attempt fails, the task's oracle recovery runs in a new
+    branch of the same state, teacher-forced through the policy's sampler (its tokens continue the
+    same prompt, its log-probs are the policy's), is verified, and replaces the last member; the
+    bank records the sampled outcomes only. With guide="off" the group stays all-fail."""
+    from reterm_jax.rl import guidance
+    from reterm_jax.rl.sampling import SamplingParams
+    task = load_task(task_path("make_greeting"))
+    limits = Limits.tiny(max_new_tokens_per_turn=160, max_tokens=2048)
+    groups = {}
+    for guide in ("off", "teacher"):
+        cfg = RecoveryConfig(group_size=2, limits=limits, failures_from="fault_commands", guide=guide,
+                             sampling=SamplingParams(0.7))
+        producer = RecoveryProducer(bank, [task], sampler, tok, cfg, script=lambda r, t: GIVE_UP[len(t.turns)])
+        producer.seed_from_faults()
+        groups[guide] = (producer.produce(0, None, jax.random.key(0)), producer)
+    off, _ = groups["off"]
+    assert off.resolved == [False, False] and off.guided == [False, False]
+    group, producer = groups["teacher"]
+    entry = bank.get(group.failure_id)
+    assert group.valid == [True, True] and group.resolved == [False, True] and group.rewards == [0.0, 1.0]
+    assert group.guided == [False, True] and producer.stats.guided == 1 and producer.stats.guide_failed == 0
+    assert bank.outcomes(entry.entry_id)["passes"] == 0  # two groups of sampled failures; the teacher's not counted
+    teacher = group.trajectories[1]
+    prompt = producer.recovery_prompt(entry)
+    assert teacher.tokens[:len(prompt)] == prompt and teacher.end_reason == harness.COMPLETED
+    mask = np.array(teacher.loss_mask, bool)
+    turns = guidance.teacher_turns(task)
+    assert tok.decode(np.array(teacher.tokens)[mask].tolist(), skip_special_tokens=False) == "".join(turns)
+    logp = np.array(teacher.logprobs)[mask]
+    assert np.isfinite(logp).all() and (logp <= 0).all() and (logp < 0).any()  # the policy's own log-probs
+    assert [c for t in teacher.turns for c in t.commands] == ["echo 'hello, sandbox' > /app/greeting.txt"]
+    assert assess(group, 0, StreamConfig(groups_per_step=1, group_size=2, seq_len=2048, pad_id=0)).usable
+    with pytest.raises(ValueError, match="guide="):
+        RecoveryConfig(guide="oracle")
+
+
 def test_seeding_many_tasks_is_bounded_by_the_bank_and_collect_batch(tmp_path, sampler, tok, docker_client):
     """Seeding from more tasks than the bank holds banks only what fits (a seeded sample), with
     collect_batch sandboxes at a time: it used to start one per task at once (960 on 2 cores)."""

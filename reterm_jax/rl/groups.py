@@ -36,12 +36,19 @@ class Group:
     rollout_s: float = 0.0     # wall time to produce the group
     sandbox_errors: int = 0    # attempts the environment lost (masked), and failed bank-filling rounds
     verifier_failures: int = 0  # attempts whose verifier error the agent caused (reward 0, kept)
+    # True for a member the policy did not sample: the teacher's recovery that replaced a failed
+    # attempt of an all-fail group (rl/guidance.py). Trained on like the others (its log-probs are
+    # the policy's, teacher-forced); left out of the policy's reward and pass-rate metrics.
+    guided: list[bool] = dataclasses.field(default_factory=list)
 
     def __post_init__(self):
         n = len(self.trajectories)
-        if not len(self.valid) == len(self.rewards) == len(self.resolved) == n:
+        if not self.guided:
+            self.guided = [False] * n
+        if not len(self.valid) == len(self.rewards) == len(self.resolved) == len(self.guided) == n:
             raise ValueError(f"group {self.group_id}: {n} trajectories, {len(self.valid)} valid flags, "
-                             f"{len(self.rewards)} rewards, {len(self.resolved)} resolved flags")
+                             f"{len(self.rewards)} rewards, {len(self.resolved)} resolved flags, "
+                             f"{len(self.guided)} guided flags")
 
     @property
     def size(self) -> int:

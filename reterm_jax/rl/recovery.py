@@ -28,6 +28,7 @@ import jax
 
 from reterm_jax.data.tokenizer import special_ids
 from reterm_jax.rl import harness
+from reterm_jax.rl import guidance
 from reterm_jax.rl.groups import Group
 from reterm_jax.rl.harness import Limits, initial_messages
 from reterm_jax.rl.rollout import ENGINES, VERIFY_MODES, _thread_map, _tokenize, run_episodes
@@ -64,6 +65,8 @@ class RecoveryConfig:
     verify: str = "in_place"                 # VERIFY_MODES: where each attempt's tests run
     prefetch: bool = False                   # branch the next group's sandboxes while this group runs (its
     #                                          entry is drawn from the bank one group early: see produce())
+    guide: str = "off"                       # guidance.GUIDES: "teacher" = a group whose attempts all failed gets
+    #                                          the task's oracle recovery, verified, in place of one of them
 
     def __post_init__(self):
         if self.failures_from not in SEEDS:
@@ -72,6 +75,8 @@ class RecoveryConfig:
             raise ValueError(f"engine={self.engine!r}: use one of {ENGINES}")
         if self.verify not in VERIFY_MODES:
             raise ValueError(f"verify={self.verify!r}: use one of {VERIFY_MODES}")
+        if self.guide not in guidance.GUIDES:
+            raise ValueError(f"guide={self.guide!r}: use one of {guidance.GUIDES}")
 
 
 @dataclasses.dataclass
@@ -86,6 +91,9 @@ class ProducerStats:
     verifier_failures: int = 0   # verifier errors the agent caused (reward 0, kept in the group)
     engine_outages: int = 0      # groups not produced because the Docker engine stopped answering
     skipped_too_long: int = 0
+    guided: int = 0              # all-fail groups given the teacher's verified recovery (guide="teacher")
+    guide_failed: int = 0        # teacher attempts that did not pass (or could not run): the group stays all-fail
+    guide_unavailable: int = 0   # all-fail groups of a task with no oracle, or one that does not fit the limits
 
 
 def continuation_prompt(tokenizer, tokens: list[int]) -> list[int]:
@@ -172,6 +180,7 @@ class RecoveryProducer:
         self.current_sandboxes: list = []  # the branches of the group in flight (monitoring, tests)
         self._prefetch = None     # (entry, Future of its branches or None): the next group, drawn early
         self._prefetcher = None   # its thread (made on first use)
+        self._teacher: dict[str, list[str] | None] = {}  # task dir -> the oracle's turn texts (guide="teacher")
 
     # ---- helpers ----------------------------------------------------------------------------------
     def _map(self, fn, items, max_workers: int = 0) -> list:
@@ -490,8 +499,48 @@ class RecoveryProducer:
         self.stats.verifier_failures += verifier_failures
         # what the entry's group scored: the bank prefers entries that split, retires solved ones
         self.bank.record(entry.entry_id, [r for r, v in zip(resolved, valid) if v], retire_after=self.cfg.retire_after)
+        guided = [False] * g
+        i = guidance.replaced_member(valid, resolved) if self.cfg.guide == "teacher" else -1
+        if i >= 0:
+            teacher = self._guide(entry, task, sampler, messages, prompt, run_key)
+            if teacher is not None:
+                trajs[i], valid[i], rewards[i], resolved[i], guided[i] = teacher, True, float(teacher.reward), True, True
         return Group(_new_id("group"), task.name, entry.entry_id, int(version), trajs, valid, rewards, resolved,
                      rollout_s=time.monotonic() - start, sandbox_errors=int(errors + lost),
-                     verifier_failures=verifier_failures)
+                     verifier_failures=verifier_failures, guided=guided)
+
+    def _guide(self, entry, task, sampler, messages: list[dict], prompt: list[int], key) -> Trajectory | None:
+        """The teacher's verified recovery from this entry's state (guide="teacher"; see
+        rl/guidance.py), or None (logged and counted) when there is none to give."""
+        key_dir = str(Path(task.path).resolve())
+        if key_dir not in self._teacher:
+            self._teacher[key_dir] = guidance.teacher_turns(task)
+        turns, limits = self._teacher[key_dir], self._limits([task])
+        if turns is None or not guidance.fits(turns, self.tokenizer, limits):
+            if turns is not None:
+                log.info("task %s: the teacher's recovery (%d turns) does not fit the rollout limits (%d turns, %d "
+                         "tokens a turn); no guidance", task.name, len(turns), limits.max_turns,
+                         limits.max_new_tokens_per_turn)
+            self.stats.guide_unavailable += 1
+            return None
+        try:
+            (sandbox,) = self.bank.branch(entry, 1)
+        except Exception as e:  # noqa: BLE001 - no guidance this time; the group stays as sampled
+            log.warning("could not branch failure %s for the teacher's attempt: %s", entry.entry_id, e)
+            self.stats.guide_failed += 1
+            return None
+        try:
+            traj = guidance.run_teacher(sampler, self.tokenizer, sandbox, messages, prompt, turns, task_id=task.name,
+                                        limits=limits, params=self.cfg.sampling, key=key, pool=self.pool,
+                                        verify_fn=lambda sb: self.verify_fn(sb, task, **self._verify_kw))
+        finally:
+            sandbox.close()
+        if not guidance.usable(traj, self.cfg.threshold):
+            log.info("failure %s: the teacher's recovery did not pass (end %s, reward %s, %s); no guidance",
+                     entry.entry_id, traj.end_reason, traj.reward, traj.verify_error or traj.error or "")
+            self.stats.guide_failed += 1
+            return None
+        self.stats.guided += 1
+        return traj
 
 

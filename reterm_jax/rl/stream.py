@@ -51,7 +51,7 @@ SIGNALS = ("resolved", "reward")
 TRUNCATED = (harness.TOKEN_BUDGET, harness.TURN_TOO_LONG)
 COUNTERS = ("batches", "groups_seen", "groups_used", "groups_filtered", "groups_too_few_valid", "groups_stale",
             "groups_padded", "members_invalid", "members_overlong", "sandbox_errors", "verifier_failures",
-            "trajectories")
+            "trajectories", "groups_guided")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -297,8 +297,9 @@ class GroupStreamIterator(grain.DatasetIterator):
         cfg = self._ds.cfg
         now = time.monotonic()
         elapsed, self._last = now - self._last, now
-        rewards = [r for a in seen for r, v in zip(a.group.rewards, a.group.valid) if v]
-        passes = [p for a in seen for p, v in zip(a.group.resolved, a.group.valid) if v]
+        # the policy's own attempts: a teacher's member (Group.guided) trains but is not the policy's score
+        rewards = [r for a in seen for r, v, t in zip(a.group.rewards, a.group.valid, a.group.guided) if v and not t]
+        passes = [p for a in seen for p, v, t in zip(a.group.resolved, a.group.valid, a.group.guided) if v and not t]
         step = {
             "batches": 1,
             "groups_seen": len(seen),
@@ -312,6 +313,7 @@ class GroupStreamIterator(grain.DatasetIterator):
             "sandbox_errors": sum(a.group.sandbox_errors for a in seen),
             "verifier_failures": sum(a.group.verifier_failures for a in seen),
             "trajectories": int(np.count_nonzero(batch["weights"][:, 0])),
+            "groups_guided": sum(any(a.group.guided) for a in accepted),
         }
         for k, v in step.items():
             self._counts[k] += int(v)

@@ -38,6 +38,7 @@ from reterm_jax.data.tokenizer import resolve_tokenizer
 from reterm_jax.model.stacked import is_stacked, per_layer_graphdef, relayout_params
 from reterm_jax.parallel.mesh import make_mesh
 from reterm_jax.parallel.rules import SAMPLER_WEIGHTS
+from reterm_jax.rl.guidance import GUIDES
 from reterm_jax.rl.harness import Limits
 from reterm_jax.rl.policy_store import PolicyStore, device_copy
 from reterm_jax.rl.rollout import ENGINES, VERIFY_MODES
@@ -58,7 +59,7 @@ from reterm_jax.train.state import (abstract_params, abstract_train_state, creat
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # the stream stats that go to the console line next to the train metrics
 _SHOWN = ("reward_mean", "pass_rate", "groups_filtered_frac", "staleness_mean", "rollout_groups_per_s",
-          "sandbox_errors", "decode_tok_s", "slot_occupancy", "time_decode_s", "time_sandbox_s")
+          "sandbox_errors", "groups_guided", "decode_tok_s", "slot_occupancy", "time_decode_s", "time_sandbox_s")
 
 
 SECTIONS = ("model", "init", "env", "rollout", "bank", "stream", "loss", "optim", "train", "checkpoint", "mesh")
@@ -139,6 +140,9 @@ def check_config(config, n_data_parallel: int | None = None) -> None:
         raise UserError(f"--config.loss.dual_clip={dual}: must be > 1 (e.g. 3), or 0 for off")
     if tis < 0:
         raise UserError(f"--config.loss.tis_cap={tis}: must be > 0 (e.g. 2), or 0 for off")
+    if config.rollout.get("guide", "off") not in GUIDES:
+        raise UserError(f"--config.rollout.guide={config.rollout.guide!r}: use one of {', '.join(GUIDES)} (teacher: "
+                        "groups whose attempts all failed get the task's verified oracle recovery as one member)")
     for name in ("retire_after", "max_version_lag"):
         if config.bank.get(name, 0) < 0:
             raise UserError(f"--config.bank.{name}={config.bank[name]}: must be >= 0 (0 = off)")
@@ -202,7 +206,7 @@ def bank_directory(workdir: str) -> str:
 # rest (means, rates, the batch counter) averaged with one weight per process
 _SUMMED = ("groups_seen", "groups_used", "groups_filtered", "groups_too_few_valid", "groups_stale", "groups_padded",
            "members_invalid", "members_overlong", "sandbox_errors", "verifier_failures", "trajectories",
-           "rollout_groups_per_s",
+           "groups_guided", "rollout_groups_per_s",
            "worker_errors")
 _MAXED = ("staleness_max",)
 
@@ -359,7 +363,7 @@ def make_producers(config, workdir, sampler, tokenizer, n: int):
                              retire_after=int(config.bank.get("retire_after", 0)),
                              max_version_lag=int(config.bank.get("max_version_lag", 0)),
                              engine=r.get("engine", "lockstep"), decode_burst=int(r.get("decode_burst", 32)),
-                             verify=r.get("verify", "in_place"),
+                             verify=r.get("verify", "in_place"), guide=r.get("guide", "off"),
                              # drawing an entry a group early is safe only where no checkpoint promises
                              # exactly the consumed groups: background workers (docs/grpo.md, resume)
                              prefetch=bool(r.get("prefetch_branches", True)) and int(r.workers) > 0)
