@@ -125,6 +125,8 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     #                                  goes on; 0 = wait for signal, up to max_wait_s)
     c.stream.max_wait_s = 1800.0    # with max_pulls_per_step=0: stop the run with a message after a step
     #                                 has waited this long for its groups with signal (0 = forever)
+    c.stream.guided_failure_weight = 1.0  # rollout.guide=teacher: the row weight of a guided group's failed
+    #                                 attempts (0 = only the teacher's recovery trains; docs/grpo.md)
     c.stream.overlong = "mask"      # none | mask | penalty (DAPO soft punishment, in tokens)
     c.stream.overlong_max_tokens = 0  # tokens per attempt counted as overlong (0: truncated only)
     c.stream.overlong_measure = "sampled"  # what overlong_max_tokens counts: sampled | context (the attempt's

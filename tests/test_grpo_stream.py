@@ -154,6 +154,14 @@ def test_a_guided_member_trains_but_is_not_the_policys_reward():
     assert b["loss_mask"][3].sum() > 0 and b["weights"][3, 0] == 1.0
     assert float(b["stats"]["reward_mean"]) == pytest.approx(1 / 7)  # 3 + 4 sampled members, one pass
     assert float(b["stats"]["pass_rate"]) == pytest.approx(1 / 7)
+    # guided_failure_weight=0: the guided group's failed attempts do not train (only the teacher's
+    # member), the other group's rows are untouched, and every row still counts its tokens
+    b0 = next(iter(GroupStream(ListProducer([guided, make_group([1, 0, 0, 0])]), cfg(guided_failure_weight=0.0))))
+    np.testing.assert_array_equal(b0["weights"][:, 0], [0, 0, 0, 1, 1, 1, 1, 1])
+    for k in ("advantages", "loss_mask", "tokens"):
+        np.testing.assert_array_equal(b0[k], b[k])
+    with pytest.raises(ValueError, match="guided_failure_weight"):
+        cfg(guided_failure_weight=-1.0)
     with pytest.raises(ValueError, match="guided flags"):
         Group("g", "t", "", 0, [make_traj()] * 2, [True] * 2, [0.0] * 2, [False] * 2, guided=[True])
 

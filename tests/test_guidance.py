@@ -107,3 +107,7 @@ def test_an_unknown_guide_is_a_user_error():
     c.rollout.guide = "oracle"
     with pytest.raises(UserError, match=r"rollout.guide='oracle'.*off, teacher"):
         check_config(c)
+    c.rollout.guide = "teacher"
+    c.stream.guided_failure_weight = -0.5
+    with pytest.raises(UserError, match=r"stream.guided_failure_weight=-0.5: must be >= 0"):
+        check_config(c)

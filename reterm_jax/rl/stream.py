@@ -81,6 +81,10 @@ class StreamConfig:
     max_wait_s: float = 0.0
     signal_note_s: float = 300.0
     poll_s: float = 0.1
+    # the row weight of a sampled member in a group holding a teacher's member (Group.guided,
+    # rl/guidance.py): 1 trains its failed attempts' negative advantage as usual, 0 trains only the
+    # teacher's positive side (the rows still count in the token mean, as weights do)
+    guided_failure_weight: float = 1.0
 
     def __post_init__(self):
         if self.staleness_mode not in STALENESS_MODES:
@@ -99,6 +103,8 @@ class StreamConfig:
             raise ValueError("groups_per_step, group_size, seq_len and min_valid must be >= 1")
         if self.max_staleness < 0:
             raise ValueError(f"max_staleness must be >= 0, got {self.max_staleness}")
+        if not self.guided_failure_weight >= 0:
+            raise ValueError(f"guided_failure_weight must be >= 0, got {self.guided_failure_weight}")
 
     @property
     def rows(self) -> int:
@@ -170,8 +176,10 @@ def assemble(accepted: list[Assessed], cfg: StreamConfig) -> dict[str, np.ndarra
         valid = np.stack([a.valid for a in accepted])
         adv = np.asarray(group_advantages(rewards, valid, mode=cfg.advantage_mode), np.float32)
         groups = [dataclasses.replace(a.group, valid=[bool(v) for v in a.valid]) for a in accepted]
+        weights = [a.weight * (cfg.guided_failure_weight if any(a.group.guided) and not t else 1.0)
+                   for a in accepted for t in a.group.guided]  # one per row
         batch = groups_to_batch(groups, seq_len=cfg.seq_len, pad_id=cfg.pad_id, advantages=adv.tolist(),
-                                weights=[a.weight for a in accepted], staleness=[a.staleness for a in accepted])
+                                weights=weights, staleness=[a.staleness for a in accepted])
     else:
         batch = empty_rows(0, seq_len=cfg.seq_len, pad_id=cfg.pad_id)
     missing = cfg.rows - batch["tokens"].shape[0]

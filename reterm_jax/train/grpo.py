@@ -143,6 +143,9 @@ def check_config(config, n_data_parallel: int | None = None) -> None:
     if config.rollout.get("guide", "off") not in GUIDES:
         raise UserError(f"--config.rollout.guide={config.rollout.guide!r}: use one of {', '.join(GUIDES)} (teacher: "
                         "groups whose attempts all failed get the task's verified oracle recovery as one member)")
+    if not s.get("guided_failure_weight", 1.0) >= 0:
+        raise UserError(f"--config.stream.guided_failure_weight={s.guided_failure_weight}: must be >= 0 (1 = train a "
+                        "guided group's failed attempts as usual, 0 = only the teacher's member)")
     for name in ("retire_after", "max_version_lag"):
         if config.bank.get(name, 0) < 0:
             raise UserError(f"--config.bank.{name}={config.bank[name]}: must be >= 0 (0 = off)")
@@ -388,7 +391,8 @@ def stream_config(config, pad_id: int) -> StreamConfig:
                         overlong_max_tokens=s.overlong_max_tokens, overlong_buffer=s.overlong_buffer,
                         overlong_penalty=s.overlong_penalty, max_pulls_per_step=s.max_pulls_per_step,
                         max_wait_s=float(s.get("max_wait_s", 0.0)),
-                        overlong_measure=s.get("overlong_measure", "sampled"))
+                        overlong_measure=s.get("overlong_measure", "sampled"),
+                        guided_failure_weight=float(s.get("guided_failure_weight", 1.0)))
 
 
 # ---- the run ------------------------------------------------------------------------------------------
