@@ -27,8 +27,7 @@ from typing import Any
 import jax
 
 from reterm_jax.data.tokenizer import special_ids
-from reterm_jax.rl import harness
-from reterm_jax.rl import guidance
+from reterm_jax.rl import guidance, harness
 from reterm_jax.rl.groups import Group
 from reterm_jax.rl.harness import Limits, initial_messages
 from reterm_jax.rl.rollout import ENGINES, VERIFY_MODES, _thread_map, _tokenize, run_episodes
