@@ -92,6 +92,10 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     #                                 verified on a branch of the same state) in place of one failed attempt, so the
     #                                 states the policy cannot solve yet give a signal (off-policy guidance, LUFFY;
     #                                 docs/grpo.md)
+    c.rollout.partial_credit = 0.0  # > 0 (below env.threshold): a failed attempt's training reward is this x
+    #                                 the "partial" score its verifier wrote (reward.json, 0-1: how close the state
+    #                                 came; generated ini-retarget tasks give one), so all-fail groups still rank
+    #                                 their attempts. 0 = binary rewards (the paper's). docs/grpo.md
     c.rollout.prefetch_branches = True  # with workers > 0: a worker draws its next failure state when a group
     #                                 starts and starts its G branches while the group runs (the entry is then
     #                                 one of the in-flight ones a resume skips; docs/grpo.md)

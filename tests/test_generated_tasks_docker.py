@@ -71,3 +71,26 @@ def test_demonstrations_of_a_train_instance(docker_client, tmp_path):
                 for m in solve["messages"] if m.get("tool_calls")]
     assert commands and all(c in oracle for c in commands)
     assert validate_rows([solve])[1].invalid == 0
+
+
+def test_ini_retarget_reports_how_close_a_failed_state_came(docker_client, tmp_path):
+    """A failed check writes reward 0 with a "partial" score (difflib ratio of the file to the
+    expected one): the fault scores lower than a fix with one wrong letter in the host, the
+    oracle scores 1 with no partial. The reward the evaluation counts stays binary."""
+    from reterm_jax.sandbox import DockerSandbox, load_task, run_oracle, verify
+    (d,) = generate([FAMILIES["ini-retarget"]], "train", 1, seed=7, out=tmp_path)
+    task = load_task(str(d))
+    with DockerSandbox.from_task(task) as sb:
+        for cmd in task.fault_commands:
+            sb.exec(cmd)
+        fault = verify(sb)
+        assert fault.reward == 0.0 and not fault.resolved and fault.error is None
+        assert 0.0 < fault.rewards["partial"] < 1.0, fault.rewards
+        assert run_oracle(sb).exit_code == 0
+        oracle = verify(sb)
+        assert oracle.reward == 1.0 and oracle.rewards == {"reward": 1.0}
+        # the oracle's file with one letter more in one host: nearly right, still 0
+        sb.exec("sed -i '0,/^host = /s/^host = /host = X/' /app/config/app.ini")
+        near = verify(sb)
+        assert near.reward == 0.0 and not near.resolved
+        assert fault.rewards["partial"] < near.rewards["partial"] < 1.0, (fault.rewards, near.rewards)

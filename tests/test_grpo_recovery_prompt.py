@@ -33,3 +33,39 @@ def test_recovery_prompt_equals_the_sft_context_of_every_demo_row(tokenizer):
         assert prompt == ex.tokens[:len(prompt)].tolist(), row["id"]
         assert first_target <= len(prompt)
         assert tok.decode(prompt[first_target:]) == "<think>\n", row["id"]
+
+
+def test_partial_credit_ranks_failed_attempts_below_any_resolved_one():
+    from reterm_jax.rl.recovery import RecoveryConfig, member_reward
+    from reterm_jax.rl.trajectory import Trajectory
+
+    def traj(reward, partial=None):
+        return Trajectory(task_id="t", episode_id="e", messages=[], reward=reward, resolved=reward >= 1.0,
+                          partial=partial)
+
+    assert member_reward(traj(0.0, 0.9), 1.0, 0.0) == 0.0            # off: binary, as the paper
+    assert member_reward(traj(0.0, 0.9), 1.0, 0.5) == pytest.approx(0.45)
+    assert member_reward(traj(0.0, 1.7), 1.0, 0.5) == pytest.approx(0.5)   # the score is clipped to 0-1
+    assert member_reward(traj(0.0), 1.0, 0.5) == 0.0                 # no partial score: its reward
+    assert member_reward(traj(1.0, 0.3), 1.0, 0.5) == 1.0            # resolved keeps its reward
+    assert member_reward(traj(0.7, 0.2), 1.0, 0.5) == 0.7            # never below the verifier's own reward
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="partial_credit"):
+            RecoveryConfig(partial_credit=bad)
+
+
+def test_a_bad_partial_credit_is_a_user_error():
+    from reterm_jax.cli import UserError
+    from reterm_jax.train.grpo import check_config
+    from test_grpo_train import synthetic_config
+    c = synthetic_config(1)
+    c.rollout.partial_credit = 0.5
+    c.stream.signal = "reward"
+    check_config(c)
+    c.rollout.partial_credit = 1.0
+    with pytest.raises(UserError, match=r"rollout.partial_credit=1.0: must be >= 0 and below env.threshold"):
+        check_config(c)
+    c.rollout.partial_credit = 0.5
+    c.stream.signal = "resolved"
+    with pytest.raises(UserError, match=r"partial_credit=0.5 with --config.stream.signal=resolved"):
+        check_config(c)

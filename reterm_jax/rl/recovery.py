@@ -66,6 +66,8 @@ class RecoveryConfig:
     #                                          entry is drawn from the bank one group early: see produce())
     guide: str = "off"                       # guidance.GUIDES: "teacher" = a group whose attempts all failed gets
     #                                          the task's oracle recovery, verified, in place of one of them
+    partial_credit: float = 0.0              # > 0: a failed attempt's training reward is this times its verifier's
+    #                                          "partial" score (0-1; see member_reward); resolved ones keep theirs
 
     def __post_init__(self):
         if self.failures_from not in SEEDS:
@@ -76,6 +78,9 @@ class RecoveryConfig:
             raise ValueError(f"verify={self.verify!r}: use one of {VERIFY_MODES}")
         if self.guide not in guidance.GUIDES:
             raise ValueError(f"guide={self.guide!r}: use one of {guidance.GUIDES}")
+        if not 0.0 <= self.partial_credit < self.threshold:
+            raise ValueError(f"partial_credit={self.partial_credit}: must be >= 0 and below the threshold "
+                             f"{self.threshold} (a failed attempt must score below a resolved one)")
 
 
 @dataclasses.dataclass
@@ -93,6 +98,17 @@ class ProducerStats:
     guided: int = 0              # all-fail groups given the teacher's verified recovery (guide="teacher")
     guide_failed: int = 0        # teacher attempts that did not pass (or could not run): the group stays all-fail
     guide_unavailable: int = 0   # all-fail groups of a task with no oracle, or one that does not fit the limits
+
+
+def member_reward(traj: Trajectory, threshold: float, partial_credit: float) -> float:
+    """A verified attempt's reward in its group. With partial_credit > 0, a failed attempt whose
+    verifier said how close it came (Trajectory.partial, 0-1) gets partial_credit x that instead
+    of its reward, so all-fail groups still rank their attempts (a dense reward; the bank, the
+    pass rates and the evaluation count only resolved attempts)."""
+    reward = float(traj.reward)
+    if partial_credit > 0 and reward < threshold and traj.partial is not None:
+        return max(reward, partial_credit * min(max(float(traj.partial), 0.0), 1.0))
+    return reward
 
 
 def continuation_prompt(tokenizer, tokens: list[int]) -> list[int]:
@@ -483,7 +499,7 @@ class RecoveryProducer:
             infra = traj.end_reason == harness.SANDBOX_ERROR or traj.verify_infra
             ok = traj.end_reason not in self.cfg.mask_end_reasons and traj.reward is not None and not infra
             valid.append(ok)
-            rewards.append(float(traj.reward) if ok else 0.0)
+            rewards.append(member_reward(traj, self.cfg.threshold, self.cfg.partial_credit) if ok else 0.0)
             resolved.append(ok and float(traj.reward) >= self.cfg.threshold)
             if infra:
                 lost += 1

@@ -178,6 +178,8 @@ def apply_verification(traj: Trajectory, outcome) -> None:
     """Copy a verify_fn Outcome into the trajectory (an exception in the verifier: infrastructure)."""
     if outcome.ok:
         traj.reward, traj.resolved = outcome.value.reward, outcome.value.resolved
+        rewards = getattr(outcome.value, "rewards", None) or {}
+        traj.partial = float(rewards["partial"]) if "partial" in rewards else None
         traj.verify_error = outcome.value.error
         traj.verify_infra = bool(getattr(outcome.value, "infrastructure", False))
     else:

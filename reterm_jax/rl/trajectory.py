@@ -56,6 +56,7 @@ class Trajectory:
     end_reason: str | None = None
     reward: float | None = None
     resolved: bool = False
+    partial: float | None = None     # a failed check's closeness (reward.json "partial", 0-1), if it gave one
     verify_error: str | None = None  # the verifier's problem (reward 0), e.g. a missing reward file
     verify_infra: bool = False       # verify_error is the infrastructure's (no reward measured: masked)
     error: str | None = None         # the episode's own failure (end_reason sandbox_error)

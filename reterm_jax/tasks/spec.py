@@ -22,11 +22,14 @@ RUN bash /tmp/setup.sh && rm /tmp/setup.sh
 
 TEST_SH = """#!/bin/bash
 # Verifier: runs the generated checks and always writes a reward (1 on success, 0 otherwise).
+# A failed check may leave reward.json {"reward": 0, "partial": x}: how close the state came
+# (0-1, the family's measure; GRPO's rollout.partial_credit can train on it). The reward stays 0.
 mkdir -p /logs/verifier
 cd /app || { echo 0 > /logs/verifier/reward.txt; exit 0; }
 if PYTHONDONTWRITEBYTECODE=1 timeout 50 python3 /tests/check.py; then
+  rm -f /logs/verifier/reward.json
   echo 1 > /logs/verifier/reward.txt
-else
+elif [ ! -f /logs/verifier/reward.json ]; then
   echo 0 > /logs/verifier/reward.txt
 fi
 """
@@ -41,6 +44,12 @@ def fail(msg):
 def sha(path):
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
+
+def partial(score):  # before fail(): how close the state came, 0-1 (reward.json; the reward stays 0)
+    score = min(max(float(score), 0.0), 1.0)
+    os.makedirs("/logs/verifier", exist_ok=True)
+    with open("/logs/verifier/reward.json", "w") as f:
+        json.dump({"reward": 0.0, "partial": score}, f)
 
 def read(path):
     try:

@@ -143,6 +143,14 @@ def check_config(config, n_data_parallel: int | None = None) -> None:
     if config.rollout.get("guide", "off") not in GUIDES:
         raise UserError(f"--config.rollout.guide={config.rollout.guide!r}: use one of {', '.join(GUIDES)} (teacher: "
                         "groups whose attempts all failed get the task's verified oracle recovery as one member)")
+    pc = config.rollout.get("partial_credit", 0.0)
+    if not 0 <= pc < config.env.threshold:
+        raise UserError(f"--config.rollout.partial_credit={pc}: must be >= 0 and below env.threshold="
+                        f"{config.env.threshold} (0 = off; e.g. 0.5: a failed attempt scores 0.5 x how close its "
+                        "verifier says it came)")
+    if pc and s.get("dynamic_sampling", True) and s.get("signal", "resolved") == "resolved":
+        raise UserError(f"--config.rollout.partial_credit={pc} with --config.stream.signal=resolved: groups whose "
+                        "attempts all failed would still be dropped as signal-less; set --config.stream.signal=reward")
     if not s.get("guided_failure_weight", 1.0) >= 0:
         raise UserError(f"--config.stream.guided_failure_weight={s.guided_failure_weight}: must be >= 0 (1 = train a "
                         "guided group's failed attempts as usual, 0 = only the teacher's member)")
@@ -367,6 +375,7 @@ def make_producers(config, workdir, sampler, tokenizer, n: int):
                              max_version_lag=int(config.bank.get("max_version_lag", 0)),
                              engine=r.get("engine", "lockstep"), decode_burst=int(r.get("decode_burst", 32)),
                              verify=r.get("verify", "in_place"), guide=r.get("guide", "off"),
+                             partial_credit=float(r.get("partial_credit", 0.0)),
                              # drawing an entry a group early is safe only where no checkpoint promises
                              # exactly the consumed groups: background workers (docs/grpo.md, resume)
                              prefetch=bool(r.get("prefetch_branches", True)) and int(r.workers) > 0)

@@ -2,7 +2,8 @@
 
 The config directory is a git repository, so a fault that rewrites more than the one section
 can be undone with git. The check compares the whole file with the expected text: every other
-section, key and comment must be as it was.
+section, key and comment must be as it was. A failed check reports how close the file came
+(difflib's ratio of the file to the expected text) as reward.json's "partial" (spec.TEST_SH).
 """
 from __future__ import annotations
 
@@ -83,6 +84,8 @@ git -C /app/config checkout -- app.ini
     check = """
 got = read("/app/config/app.ini")
 if got != E["after"]:
+    import difflib
+    partial(difflib.SequenceMatcher(None, got, E["after"], autojunk=False).ratio())
     fail("app.ini differs from the expected file")
 """
     return Instance(
