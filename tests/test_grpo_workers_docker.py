@@ -194,6 +194,41 @@ def test_teacher_guidance_replaces_a_failed_member_of_an_all_fail_group(bank, ta
         RecoveryConfig(guide="oracle")
 
 
+def test_partial_credit_ranks_the_attempts_of_an_all_fail_group(tmp_path, sampler, tok, docker_client):
+    """rollout.partial_credit on a generated ini-retarget task: neither attempt passes, but the one
+    that restores the file from git comes closer than the one that gives up, so with partial
+    credit the group's rewards differ (a signal), while resolved, the bank and partial_credit=0
+    stay binary. Through the continuous engine, the production default."""
+    from reterm_jax.tasks.generate import generate, parse_families
+    (d,) = generate(parse_families("ini-retarget"), "train", 1, seed=4, out=tmp_path / "tasks")
+    task = load_task(d)
+    restore = ["Restore it.\n</think>\n\n" + bash_call_xml("git -C /app/config checkout -- app.ini") + "<|im_end|>",
+               "Restored.\n</think>\n\nThe task is complete.<|im_end|>"]
+    rewards = {}
+    for credit in (0.0, 0.5):
+        bank = FailureBank(tmp_path / f"bank{credit}")
+        try:
+            cfg = RecoveryConfig(group_size=2, limits=Limits.tiny(max_new_tokens_per_turn=160, max_tokens=2048),
+                                 failures_from="fault_commands", engine="continuous", decode_burst=16,
+                                 partial_credit=credit)
+            producer = RecoveryProducer(bank, [task], sampler, tok, cfg,
+                                        script=lambda r, t: (restore if r == 0 else GIVE_UP)[len(t.turns)])
+            producer.seed_from_faults()
+            group = producer.produce(0, None, jax.random.key(0))
+            assert group.valid == [True, True] and group.resolved == [False, False]
+            assert bank.outcomes(group.failure_id)["passes"] == 0
+            near, gave_up = (t.partial for t in group.trajectories)
+            assert 0 < gave_up < near < 1 and all(t.reward == 0.0 for t in group.trajectories)
+            rewards[credit] = group.rewards
+            usable = assess(group, 0, StreamConfig(groups_per_step=1, group_size=2, seq_len=2048, pad_id=0,
+                                                   signal="reward")).usable
+            assert usable == (credit > 0)
+        finally:
+            bank.destroy()
+    assert rewards[0.0] == [0.0, 0.0]
+    assert rewards[0.5] == pytest.approx([0.5 * near, 0.5 * gave_up])
+
+
 def test_seeding_many_tasks_is_bounded_by_the_bank_and_collect_batch(tmp_path, sampler, tok, docker_client):
     """Seeding from more tasks than the bank holds banks only what fits (a seeded sample), with
     collect_batch sandboxes at a time: it used to start one per task at once (960 on 2 cores)."""
