@@ -17,7 +17,7 @@ from reterm_jax.parallel.mesh import make_mesh
 from reterm_jax.rl.sampling import SamplingParams
 from reterm_jax.train.grpo_step import accumulate_grpo_gradients, check_sampling, make_grpo_step
 from reterm_jax.train.state import create_train_state, replicated, train_state_shardings
-from train_test_utils import ROOT
+from train_test_utils import ROOT, tb_scalars
 from xla_env import with_test_flags
 
 sys.path.insert(0, os.path.join(ROOT, "configs"))
@@ -232,6 +232,11 @@ def test_grpo_on_sandboxes_checkpoints_and_resumes(docker_client, task_path, tmp
         assert final["policy_version"] == 3 and final["data_iterator"]["batches"] == 3
         assert final["data_iterator"]["trajectories"] >= 1          # real sandbox rows reached the step
         assert (final["bank"]["epoch"], final["bank"]["pos"]) != (saved["bank"]["epoch"], saved["bank"]["pos"])
+        # the producer's counters reach TensorBoard (counted from the resumed process's start)
+        tb = tb_scalars(os.path.join(workdir, "tb"))
+        assert tb["train/producer_groups"] == {1: 1.0, 2: 2.0, 3: 1.0}      # one group a step; 0 again at the resume
+        assert tb["train/producer_failures_added"][1] == 1.0               # the task's scripted fault, seeded
+        assert tb["train/producer_sandbox_errors"][3] == 0 and "train/producer_guided" in tb
     finally:
         if os.path.isdir(os.path.join(workdir, "failure_bank")):
             FailureBank(os.path.join(workdir, "failure_bank")).destroy()

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from train_test_utils import ROOT, small_config, write_rows
+from train_test_utils import ROOT, small_config, tb_scalars, write_rows
 from xla_env import with_test_flags
 
 STEPS = 4
@@ -34,21 +34,7 @@ def _config(data):
 
 
 def _tb_losses(tb_dir) -> dict[int, float]:
-    """train/loss scalars from the event files (TFRecord framing: u64 length, u32 crc, data, u32 crc)."""
-    import struct
-    from tensorboardX.proto.event_pb2 import Event
-    losses = {}
-    for path in sorted(glob.glob(os.path.join(tb_dir, "events.out.tfevents.*"))):
-        data = open(path, "rb").read()
-        pos = 0
-        while pos < len(data):
-            (n,) = struct.unpack("<Q", data[pos:pos + 8])
-            event = Event.FromString(data[pos + 12:pos + 12 + n])
-            pos += 12 + n + 4
-            for v in event.summary.value:
-                if v.tag == "train/loss":
-                    losses[event.step] = v.simple_value
-    return losses
+    return tb_scalars(tb_dir).get("train/loss", {})
 
 
 @pytest.fixture(scope="module")

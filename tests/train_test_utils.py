@@ -62,3 +62,23 @@ def small_config(data_path: str, **train):
         section, name = key.split("__")
         c[section][name] = value
     return c
+
+
+def tb_scalars(tb_dir: str) -> dict[str, dict[int, float]]:
+    """{tag: {step: value}} from the event files under tb_dir (TFRecord framing: u64 length, u32
+    crc, data, u32 crc)."""
+    import glob
+    import struct
+
+    from tensorboardX.proto.event_pb2 import Event
+    out: dict[str, dict[int, float]] = {}
+    for path in sorted(glob.glob(os.path.join(tb_dir, "events.out.tfevents.*"))):
+        data = open(path, "rb").read()
+        pos = 0
+        while pos < len(data):
+            (n,) = struct.unpack("<Q", data[pos:pos + 8])
+            event = Event.FromString(data[pos + 12:pos + 12 + n])
+            pos += 12 + n + 4
+            for v in event.summary.value:
+                out.setdefault(v.tag, {})[event.step] = v.simple_value
+    return out

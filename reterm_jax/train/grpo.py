@@ -23,6 +23,7 @@ logs them, and each process's stream state and bank cursor are checkpointed per 
 """
 from __future__ import annotations
 
+import dataclasses
 import glob
 import importlib.util
 import os
@@ -222,6 +223,19 @@ _SUMMED = ("groups_seen", "groups_used", "groups_filtered", "groups_too_few_vali
 _MAXED = ("staleness_max",)
 
 
+def producer_counters(producers) -> dict[str, float]:
+    """This process's producers' counters (rl/recovery.py ProducerStats: collection rounds, banked
+    failures, sandbox and verifier errors, guided groups...) summed, as `producer_<name>`. They
+    count from this process's start (a resumed run starts them at 0); summed across processes."""
+    totals: dict[str, float] = {}
+    for p in producers:
+        stats = getattr(p, "stats", None)
+        if dataclasses.is_dataclass(stats):
+            for name, value in dataclasses.asdict(stats).items():
+                totals[f"producer_{name}"] = totals.get(f"producer_{name}", 0.0) + float(value)
+    return totals
+
+
 def all_reduce_stats(scalars: dict) -> dict:
     """The per-process stream stats combined over the job (a collective; identity on one process)."""
     if jax.process_count() == 1:
@@ -232,7 +246,8 @@ def all_reduce_stats(scalars: dict) -> dict:
     out = {}
     for i, k in enumerate(keys):
         col = rows[:, i].astype(np.float64)
-        out[k] = float(col.sum() if k in _SUMMED else col.max() if k in _MAXED else col.mean())
+        summed = k in _SUMMED or k.startswith("producer_")
+        out[k] = float(col.sum() if summed else col.max() if k in _MAXED else col.mean())
     return out
 
 
@@ -517,6 +532,7 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
             rollout = {k: float(v) for k, v in stats.items()}
             if workers is not None:
                 rollout["worker_errors"] = float(workers.snapshot_counters()["errors"])
+            rollout.update(producer_counters(producers))  # TensorBoard only (train/producer_*)
             rollout = all_reduce_stats(rollout)  # summed / averaged over the processes (all agree below)
             skipped = rollout["groups_used"] == 0
             if not skipped:
