@@ -40,6 +40,8 @@ def rendered_failure_tokens(tokenizer, messages: list[dict]) -> list[int]:
 
 
 class BankFilling:
+    """RecoveryProducer's collection rounds and scripted-fault seeding (see the module docstring)."""
+
     def _verify_for_bank(self, sandbox, task):
         """(VerifyResult, the bank snapshot it ran on or None): the state is committed once, as
         the bank's image; the caller adds it with `bank.add(..., snapshot=)` or releases it."""

@@ -22,6 +22,8 @@ def _close_branches(pending) -> None:
 
 
 class BranchPrefetch:
+    """RecoveryProducer's early branching of the next group's entry (cfg.prefetch)."""
+
     # ---- prefetch: the next group's branches start while this group runs ----------------------------
     def _start_prefetch(self, room: int, current_id: str) -> None:
         """Draw the next entry now and start branching it in the background (cfg.prefetch). Its
