@@ -74,9 +74,10 @@ def test_demonstrations_of_a_train_instance(docker_client, tmp_path):
 
 
 def test_ini_retarget_reports_how_close_a_failed_state_came(docker_client, tmp_path):
-    """A failed check writes reward 0 with a "partial" score (difflib ratio of the file to the
-    expected one): the fault scores lower than a fix with one wrong letter in the host, the
-    oracle scores 1 with no partial. The reward the evaluation counts stays binary."""
+    """A failed check writes reward 0 with a "partial" score (mostly the moved section's host,
+    letter by letter): the fault and the committed file restored without the edit score lower
+    than a fix with one wrong letter in a host, the oracle scores 1 with no partial. The reward
+    the evaluation counts stays binary."""
     from reterm_jax.sandbox import DockerSandbox, load_task, run_oracle, verify
     (d,) = generate([FAMILIES["ini-retarget"]], "train", 1, seed=7, out=tmp_path)
     task = load_task(str(d))
@@ -94,3 +95,8 @@ def test_ini_retarget_reports_how_close_a_failed_state_came(docker_client, tmp_p
         near = verify(sb)
         assert near.reward == 0.0 and not near.resolved
         assert fault.rewards["partial"] < near.rewards["partial"] < 1.0, (fault.rewards, near.rewards)
+        # restoring the committed file without the edit undoes the fault, not the task: it scores low
+        sb.exec("git -C /app/config checkout -- app.ini")
+        restored = verify(sb)
+        assert restored.reward == 0.0 and restored.rewards["partial"] < 0.5 < near.rewards["partial"], \
+            (restored.rewards, near.rewards)

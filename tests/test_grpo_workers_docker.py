@@ -196,14 +196,23 @@ def test_teacher_guidance_replaces_a_failed_member_of_an_all_fail_group(bank, ta
 
 def test_partial_credit_ranks_the_attempts_of_an_all_fail_group(tmp_path, sampler, tok, docker_client):
     """rollout.partial_credit on a generated ini-retarget task: neither attempt passes, but the one
-    that restores the file from git comes closer than the one that gives up, so with partial
-    credit the group's rewards differ (a signal), while resolved, the bank and partial_credit=0
-    stay binary. Through the continuous engine, the production default."""
+    that restores the file from git and moves the section with one wrong letter in the host comes
+    closer than the one that gives up, so with partial credit the group's rewards differ (a
+    signal), while resolved, the bank and partial_credit=0 stay binary. Through the continuous
+    engine, the production default."""
+    import ast
+    import json
+    import re
+
     from reterm_jax.tasks.generate import generate, parse_families
     (d,) = generate(parse_families("ini-retarget"), "train", 1, seed=4, out=tmp_path / "tasks")
     task = load_task(d)
-    restore = ["Restore it.\n</think>\n\n" + bash_call_xml("git -C /app/config checkout -- app.ini") + "<|im_end|>",
-               "Restored.\n</think>\n\nThe task is complete.<|im_end|>"]
+    expect = json.loads(ast.literal_eval(re.search(r"^E = json.loads\((.*)\)$", (d / "tests" / "check.py").read_text(),
+                                                   re.M).group(1)))
+    fix = (f"git -C /app/config checkout -- app.ini && sed -i '/^\\[{expect['section']}\\]/,/^\\[/"
+           f"{{s/^host = .*/host = x{expect['host'][1:]}/;s/^port = .*/port = {expect['port']}/}}' /app/config/app.ini")
+    restore = ["Restore it and move the section.\n</think>\n\n" + bash_call_xml(fix) + "<|im_end|>",
+               "Done.\n</think>\n\nThe task is complete.<|im_end|>"]
     rewards = {}
     for credit in (0.0, 0.5):
         bank = FailureBank(tmp_path / f"bank{credit}")

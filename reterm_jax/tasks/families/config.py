@@ -2,8 +2,13 @@
 
 The config directory is a git repository, so a fault that rewrites more than the one section
 can be undone with git. The check compares the whole file with the expected text: every other
-section, key and comment must be as it was. A failed check reports how close the file came
-(difflib's ratio of the file to the expected text) as reward.json's "partial" (spec.TEST_SH).
+section, key and comment must be as it was. A failed check reports how close the file came as
+reward.json's "partial" (spec.TEST_SH): the moved section's new values (the host's name before the
+shared domain, letter by letter, 3/4; the port, 1/4) times the rest of the file's fourth power (the
+line-level ratio of every other line to the expected ones). Most of the score is the value the
+agent must copy: restoring the committed file without the edit scores low, a fix with a few
+letters wrong in the host high, and a file that breaks other sections little. (Runs 26-28 of
+docs/learning.md used difflib's ratio of the whole file, which rated all of these about alike.)
 """
 from __future__ import annotations
 
@@ -84,13 +89,36 @@ git -C /app/config checkout -- app.ini
     check = """
 got = read("/app/config/app.ini")
 if got != E["after"]:
-    import difflib
-    partial(difflib.SequenceMatcher(None, got, E["after"], autojunk=False).ratio())
+    import difflib, re
+    def values(text):  # the moved section's host and port, and every other line
+        section, host, port, rest = None, None, None, []
+        for line in text.splitlines():
+            m = re.match(r"\\[(.+)\\]\\s*$", line)
+            section = m.group(1) if m else section
+            kv = re.match(r"(host|port)\\s*=\\s*(.*?)\\s*$", line)
+            if kv and section == E["section"] and kv.group(1) == "host" and host is None:
+                host = kv.group(2)
+            elif kv and section == E["section"] and kv.group(1) == "port" and port is None:
+                port = kv.group(2)
+            else:
+                rest.append(line)
+        return host, port, rest
+    host, port, rest = values(got)
+    _, _, rest_expected = values(E["after"])
+    suffix = "." + E["domain"]
+    name = (host or "").removesuffix(suffix)
+    host_score = difflib.SequenceMatcher(None, name, E["host"].removesuffix(suffix), autojunk=False).ratio()
+    if host is not None and not host.endswith(suffix):
+        host_score *= 0.5
+    rest_score = difflib.SequenceMatcher(None, rest, rest_expected, autojunk=False).ratio()
+    partial(rest_score ** 4 * (0.75 * host_score + 0.25 * (port == str(E["port"]))))
     fail("app.ini differs from the expected file")
 """
     return Instance(
         family="ini-retarget", category="config", instruction=instruction, setup=setup, solve=solve,
-        check=check, expect={"after": after}, fault_kind=kind, fault_commands=faults[kind],
+        check=check, expect={"after": after, "section": section, "host": new_host, "port": new_port,
+                             "domain": domain},
+        fault_kind=kind, fault_commands=faults[kind],
         inspect=("git -C /app/config status --short", "git -C /app/config diff --stat"),
         params={"app": app, "section": names, "host": hosts, "domain": domain, "port": ports},
         difficulty="easy", tags=("ini", "git"))
