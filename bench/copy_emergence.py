@@ -338,7 +338,7 @@ def main():
                 s = score(m.predict, m.state.params, eval_batch, args.task)
                 history[v].append({"step": step, "loss": loss, **s, "train_s": round(seconds[v], 1)})
                 print(f"step {step:5d} {v:9s} loss {loss:.3f}  {describe(s)}  ({seconds[v]:.0f} s)", flush=True)
-    print(f"\n| step | " + " | ".join(f"{v}: tokens / whole" for v in variants) + " |")
+    print("\n| step | " + " | ".join(f"{v}: tokens / whole" for v in variants) + " |")
     print("|---|" + "---|" * len(variants))
     for i, h in enumerate(history[variants[0]]):
         cells = [f"{history[v][i]['tokens']:.1%} / {history[v][i]['whole']:.1%}" for v in variants]

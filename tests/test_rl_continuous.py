@@ -19,7 +19,7 @@ from reterm_jax.rl.harness import Limits, initial_messages
 from reterm_jax.rl.harness import bash_call_xml as xml_call
 from reterm_jax.rl.rollout import run_episodes
 from reterm_jax.rl.sampling import SamplingParams
-from reterm_jax.sandbox import ExecResult, VerifyResult
+from reterm_jax.sandbox import VerifyResult
 from rl_test_utils import tiny_sampler
 from test_rl_rollout import SCRIPTS, DeadEnv, LocalShell
 
