@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 
-
 from reterm_jax.data import load_tokenizer
 from reterm_jax.data.chat import encode_example
 from reterm_jax.data.schema import validate_rows

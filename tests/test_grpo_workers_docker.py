@@ -200,15 +200,11 @@ def test_partial_credit_ranks_the_attempts_of_an_all_fail_group(tmp_path, sample
     closer than the one that gives up, so with partial credit the group's rewards differ (a
     signal), while resolved, the bank and partial_credit=0 stay binary. Through the continuous
     engine, the production default."""
-    import ast
-    import json
-    import re
-
-    from reterm_jax.tasks.generate import generate, parse_families
-    (d,) = generate(parse_families("ini-retarget"), "train", 1, seed=4, out=tmp_path / "tasks")
+    from reterm_jax.tasks.generate import generate, make_instance, parse_families
+    (family,) = parse_families("ini-retarget")
+    (d,) = generate([family], "train", 1, seed=4, out=tmp_path / "tasks")
     task = load_task(d)
-    expect = json.loads(ast.literal_eval(re.search(r"^E = json.loads\((.*)\)$", (d / "tests" / "check.py").read_text(),
-                                                   re.M).group(1)))
+    expect = make_instance(family, "train", 4, 0).expect  # the instance generate wrote
     fix = (f"git -C /app/config checkout -- app.ini && sed -i '/^\\[{expect['section']}\\]/,/^\\[/"
            f"{{s/^host = .*/host = x{expect['host'][1:]}/;s/^port = .*/port = {expect['port']}/}}' /app/config/app.ini")
     restore = ["Restore it and move the section.\n</think>\n\n" + bash_call_xml(fix) + "<|im_end|>",
