@@ -4,7 +4,7 @@
         [--sft_candidates 400,800,1200] [--grpo_steps 20] [--jobs 3] [--families all|NAME,...]
         [--faults_per_task N] [--sft_batch B] [--sft_restart STEPS@LR ...] [--sft_init HF_DIR] [--sft_lr LR]
         [--novel_train N] [--words_train N] [--solve_rows] [--val_split train|novel|words-val] [--grpo_train N]
-        [--grpo_split train|novel|words] [--extra_rows JSONL ...] [--sft_on all|extra]
+        [--grpo_split train|novel|words|tokens] [--extra_rows JSONL ...] [--sft_on all|extra]
         [--stop_after_warm_start] [--warm_start HF_DIR] [--start_policy HF_DIR] [--set rollout.group_size=8 ...]
 
 Stages (each one's output is reused when it is there: rerun the same command to resume):
@@ -381,9 +381,10 @@ def main() -> None:
                    help="GRPO on this many train-split instances (seed + 2000) that no demonstration showed, "
                         "not on the SFT's own (run 6: a warm start that memorised those passes 4/4 in "
                         "nearly every group: no signal); 0 = the SFT's train instances")
-    p.add_argument("--grpo_split", default="train", choices=("train", "novel", "words"),
+    p.add_argument("--grpo_split", default="train", choices=("train", "novel", "words", "tokens"),
                    help="the split of the --grpo_train instances: train (train-pool names), novel (made-up "
-                        "names: only copying passes them, as on held-out instances) or words (English-word names)")
+                        "names: only copying passes them, as on held-out instances), words (English-word names) "
+                        "or tokens (names of the tokenizer's own tokens, every one of them: run 32)")
     p.add_argument("--families", default="all",
                    help="task families of every split (comma-separated names, or all); fix it before the run, "
                         "never from held-out scores")

@@ -11,7 +11,16 @@ word or number). The teacher's commands and observations are otherwise untouched
 is a demonstration of the same recovery on an instance with other names. Never feed it held-out
 rows: its purpose is names no pool has.
 
+`--names tokens` makes each run of letters out of the tokenizer's **least-written name tokens**
+instead (lower-case tokens of two or more letters, counted over the rows written so far, the input
+rows included; never a letter run of any pool item). A model can only write a token its SFT rows
+made it write: after run 31 every policy of runs 18-31 had never solved a held-out instance whose
+domain ends in `.example`, because the token `amp` (`ex` `amp` `le`) was in none of the 6,114 rows
+they trained on, and neither were 226 other letter and digit tokens (docs/learning.md, run 32).
+These rows make every such token a copied value a few times over, whatever the held-out pools hold.
+
     python bench/relabel_rows.py --rows OUT/demos_novel.jsonl --copies 5 --seed 0 --out OUT/relabeled.jsonl
+    python bench/relabel_rows.py --rows ROWS --names tokens --copies 1 --out OUT/covering.jsonl
 
 Prints how many rows and values it wrote.
 """
@@ -30,6 +39,9 @@ sys.path[:0] = [os.path.dirname(os.path.abspath(__file__)), os.path.join(os.path
 from copy_loss import constant_quotes, family, quoted_values  # noqa: E402  (bench/)
 from reterm_jax.tasks import pools  # noqa: E402
 
+# every run of letters of every pool item, held-out ones included: never a token name
+_POOL_RUNS = frozenset(run for items in pools.POOLS.values() for x in items for run in re.findall(r"[a-z]+", str(x)))
+
 
 @functools.lru_cache(maxsize=None)
 def _train_numbers(digits: int) -> tuple[str, ...]:
@@ -37,26 +49,73 @@ def _train_numbers(digits: int) -> tuple[str, ...]:
     return tuple(str(x) for x in pools.part("port", "train") if len(str(x)) == digits)
 
 
-def fresh_value(rng: random.Random, value: str, taken: set[str]) -> str:
+def _text(row: dict) -> str:
+    """What the rows make a model read and write: every message's content and tool-call arguments."""
+    parts = []
+    for m in row["messages"]:
+        parts.append(m.get("content") or "")
+        parts += [(c.get("function", c)).get("arguments") or "" for c in m.get("tool_calls") or []]
+    return "\n".join(p if isinstance(p, str) else json.dumps(p) for p in parts)
+
+
+class TokenNames:
+    """Runs of letters made of the tokenizer's least-written name tokens.
+
+    The candidates are the vocabulary's lower-case tokens of two or more letters that are not a
+    letter run of any pool item; `count(row)` adds a row's tokens to the tally, and `letters(rng)`
+    picks one of the least-written candidates (ties at random), alone or followed by another."""
+
+    def __init__(self, tokenizer, rows: list[dict]):
+        self.tokenizer = tokenizer
+        self.counts = {i: 0 for i in range(len(tokenizer))
+                       if re.fullmatch(r"[a-z]{2,}", tokenizer.decode([i]) or "")
+                       and tokenizer.decode([i]) not in _POOL_RUNS}
+        for row in rows:
+            self.count(row)
+
+    def count(self, row: dict) -> None:
+        for i in self.tokenizer.encode(_text(row), add_special_tokens=False):
+            if i in self.counts:
+                self.counts[i] += 1
+
+    def unwritten(self) -> int:
+        return sum(1 for c in self.counts.values() if c == 0)
+
+    def _least(self, rng: random.Random) -> str:
+        low = min(self.counts.values())
+        return self.tokenizer.decode([rng.choice(sorted(i for i, c in self.counts.items() if c == low))])
+
+    def letters(self, rng: random.Random) -> str:
+        while True:
+            word = self._least(rng) + (self._least(rng) if rng.random() < 0.5 else "")
+            if word not in _POOL_RUNS:
+                return word
+
+
+def fresh_value(rng: random.Random, value: str, taken: set[str], names: TokenNames | None = None) -> str:
     """A new value shaped like `value`: a number of as many digits from the port pool's train part,
-    or each run of letters made up anew (pools.made_up_like); never one of `taken`."""
+    or each run of letters made up anew (pools.made_up_like, or `names`' least-written tokens);
+    never one of `taken`."""
     numbers = _train_numbers(len(value)) if value.isdigit() else ()
     while True:
         if value.isdigit():
             new = rng.choice(numbers) if numbers else str(rng.randrange(10 ** (len(value) - 1), 10 ** len(value)))
+        elif names is not None:
+            new = re.sub(r"[a-z]+", lambda m: names.letters(rng), value)
         else:
             new = pools.made_up_like(rng, value)
-        if new != value and new not in taken:
+        if new != value and new not in taken and (value.isdigit() or new not in pools._EVERY_ITEM):
             return new
 
 
-def relabel(row: dict, values: list[str], rng: random.Random) -> dict:
+def relabel(row: dict, values: list[str], rng: random.Random, names: TokenNames | None = None) -> dict:
     """`row` with every whole occurrence of each of `values` replaced by a fresh value (all at once,
-    so a new value is never replaced again)."""
+    so a new value is never replaced again); with `names`, letters from its least-written tokens,
+    and the new row is counted."""
     taken: set[str] = set(values)
     mapping = {}
     for v in values:
-        mapping[v] = fresh_value(rng, v, taken)
+        mapping[v] = fresh_value(rng, v, taken, names)
         taken.add(mapping[v])
     alternation = "|".join(re.escape(v) for v in sorted(mapping, key=len, reverse=True))
     pattern = re.compile(rf"(?<![A-Za-z0-9])(?:{alternation})(?![A-Za-z0-9])")
@@ -72,6 +131,8 @@ def relabel(row: dict, values: list[str], rng: random.Random) -> dict:
             fn = call.get("function", call)
             if isinstance(fn.get("arguments"), str):
                 fn["arguments"] = sub(fn["arguments"])
+    if names is not None:
+        names.count(out)
     return out
 
 
@@ -80,6 +141,9 @@ def main() -> int:
     ap.add_argument("--rows", action="append", required=True, help="demonstration rows (JSONL; repeatable)")
     ap.add_argument("--copies", type=int, default=5, help="renamed versions of each row")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--names", default="made_up", choices=("made_up", "tokens"),
+                    help="letters made up as the novel split makes them, or of the tokenizer's least-written "
+                         "name tokens (counted over the input rows and every row written)")
     ap.add_argument("--out", required=True, help="JSONL file to write")
     args = ap.parse_args()
     if args.copies < 1:
@@ -91,14 +155,22 @@ def main() -> int:
         rows += [json.loads(line) for line in open(path)]
     constant = constant_quotes(rows)
     rng = random.Random(args.seed)
+    names = None
+    if args.names == "tokens":
+        from reterm_jax.data.tokenizer import load_tokenizer
+        names = TokenNames(load_tokenizer(), rows)
+        print(f"name tokens never written in the input rows: {names.unwritten()} of {len(names.counts)}")
     n_values = 0
     with open(args.out, "w") as f:
         for _ in range(args.copies):
             for row in rows:
                 values = quoted_values(row, constant[family(row)])
                 n_values += len(values)
-                f.write(json.dumps(relabel(row, values, rng)) + "\n")
+                f.write(json.dumps(relabel(row, values, rng, names)) + "\n")
     print(f"wrote {len(rows) * args.copies} rows ({args.copies} per row, {n_values} values renamed) to {args.out}")
+    if names is not None:
+        print(f"name tokens never written after them: {names.unwritten()} of {len(names.counts)}; "
+              f"the least-written now {min(names.counts.values())} times")
     return 0
 
 

@@ -115,8 +115,30 @@ def test_english_word_splits_are_disjoint_and_share_no_letters_run_with_any_pool
         assert letters <= part_words, (split, hosts)
         shapes = {re.sub(r"[a-z]+", "a", w) for w in part("host", "train")}
         assert all(re.sub(r"[a-z]+", "a", h) in shapes for h in hosts)
-    with pytest.raises(ValueError, match="no English words"):
+    with pytest.raises(ValueError, match="has no words"):
         word_part("novel")
+
+
+def test_token_words_are_the_tokenizers_own_and_cover_it():
+    """The `tokens` split's words are exactly the tiny tokenizer's lower-case tokens of 2+ letters
+    (minus pool letter runs and three keys), each written as one token, so its names make a model
+    write tokens English words never produce (docs/learning.md, run 32)."""
+    import random
+
+    from reterm_jax.data.tokenizer import load_tokenizer
+    from reterm_jax.tasks.pools import pick
+    from reterm_jax.tasks.words import TOKEN_WORDS
+    tok = load_tokenizer()
+    runs = {r for items in POOLS.values() for x in items for r in re.findall(r"[a-z]+", str(x))}
+    vocab = {tok.decode([i]) for i in range(len(tok))}
+    expected = {t for t in vocab if re.fullmatch(r"[a-z]{2,}", t)} - runs - {"host", "port", "name"}
+    assert set(TOKEN_WORDS) == expected and len(TOKEN_WORDS) == len(expected)
+    assert "amp" in TOKEN_WORDS and not set(TOKEN_WORDS) & runs
+    assert all(len(tok.encode(w, add_special_tokens=False)) == 1 for w in TOKEN_WORDS)
+    assert word_part("tokens") == TOKEN_WORDS
+    hosts = pick(random.Random(5), "host", "tokens", k=40)
+    assert hosts == pick(random.Random(5), "host", "tokens", k=40)  # seeded
+    assert {r for h in hosts for r in re.findall(r"[a-z]+", h)} <= set(TOKEN_WORDS)
 
 
 def test_instances_cover_every_family_and_kind_and_load(splits):

@@ -1,5 +1,6 @@
 """Generated tasks in real Docker: one instance of every family (the fault kinds rotate),
-from the held-out split, the novel split (made-up names) and the words split (English words), passes the same check as the bundled recovery tasks: oracle 1,
+from the held-out split, the novel split (made-up names), the words split (English words) and the
+tokens split (the tokenizer's own tokens) passes the same check as the bundled recovery tasks: oracle 1,
 untouched 0, fault alone 0, fault then oracle 1."""
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from reterm_jax.tasks.generate import generate
 pytestmark = pytest.mark.docker
 
 
-@pytest.mark.parametrize("split,shift", [("heldout", 0), ("novel", 1), ("words", 2)])
+@pytest.mark.parametrize("split,shift", [("heldout", 0), ("novel", 1), ("words", 2), ("tokens", 0)])
 def test_one_instance_per_family_passes_check(docker_client, tmp_path, split, shift):
     families = list(FAMILIES.values())
     dirs = generate(families, split, 3 * len(families), seed=3, out=tmp_path)

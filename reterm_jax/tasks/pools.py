@@ -20,6 +20,11 @@ syllables cover few of the tokenizer's merges, so a model that copies them may s
 written the tokens of real names (docs/learning.md, run 14: held-out hosts); English words cover
 them, and a validation slice of other English words sees what held-out names will. No word is a
 letter run of any pool item.
+
+The `tokens` split (training) makes each run of letters one of the tiny tokenizer's own lower-case
+tokens (reterm_jax/tasks/words.py TOKEN_WORDS), so its names hold every such token, including the
+ones English words never produce (`amp`: no SFT row of runs 18-31 had it, so no policy wrote
+`.example`; docs/learning.md, run 32).
 """
 from __future__ import annotations
 
@@ -28,9 +33,9 @@ import hashlib
 import random
 import re
 
-SPLITS = ("train", "heldout", "novel", "words", "words-val")
-TRAINING_SPLITS = ("train", "novel", "words", "words-val")  # demonstrations and validation; never heldout
-MADE_UP_SPLITS = ("novel", "words", "words-val")  # words made up per instance; numbers from the train part
+SPLITS = ("train", "heldout", "novel", "words", "words-val", "tokens")
+TRAINING_SPLITS = ("train", "novel", "words", "words-val", "tokens")  # demonstrations and validation; never heldout
+MADE_UP_SPLITS = ("novel", "words", "words-val", "tokens")  # words made up per instance; numbers from the train part
 WORDS_VAL_SHARE = 4  # one word in WORDS_VAL_SHARE (by hash) is a words-val word
 HELDOUT_SHARE = 3  # one item in HELDOUT_SHARE (by hash) is held out
 
@@ -128,10 +133,13 @@ def _made_up(rng: random.Random, length: int) -> str:
 
 @functools.lru_cache(maxsize=None)
 def word_part(split: str) -> tuple[str, ...]:
-    """The English words of split `words` or `words-val` (disjoint, by hash)."""
-    from reterm_jax.tasks.words import WORDS
+    """The English words of split `words` or `words-val` (disjoint, by hash), or the token words of
+    split `tokens`."""
+    from reterm_jax.tasks.words import TOKEN_WORDS, WORDS
+    if split == "tokens":
+        return TOKEN_WORDS
     if split not in ("words", "words-val"):
-        raise ValueError(f"split {split!r} has no English words: use words or words-val")
+        raise ValueError(f"split {split!r} has no words: use words, words-val or tokens")
     return tuple(w for w in WORDS if _is_val_word(w) == (split == "words-val"))
 
 
@@ -142,7 +150,7 @@ def _is_val_word(word: str) -> bool:
 def novel_word(rng: random.Random, pool: str, split: str = "novel") -> str:
     """One made-up value for word pool `pool`: a train item's shape (its separators and digits
     kept) with each run of letters replaced by a made-up word (`novel`) or by an English word
-    of `split`'s part (`words`, `words-val`); never an item of any pool."""
+    of `split`'s part (`words`, `words-val`) or a token word (`tokens`); never an item of any pool."""
     return made_up_like(rng, rng.choice(part(pool, "train")), split)
 
 
@@ -161,7 +169,7 @@ def made_up_like(rng: random.Random, template: str, split: str = "novel") -> str
 
 
 def is_novel(pool: str, value, split: str = "novel") -> bool:
-    """Whether `value` could be a `split` (novel, words, words-val) value of `pool` (for checks and tests)."""
+    """Whether `value` could be a `split` (novel, words, words-val, tokens) value of `pool` (for checks and tests)."""
     if is_numeric(pool):
         return value in part(pool, "train")
     if not isinstance(value, str) or value in _EVERY_ITEM or re.fullmatch(r"[a-z0-9.\-]+", value) is None:

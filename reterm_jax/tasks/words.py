@@ -1,4 +1,5 @@
-"""English words for the `words` and `words-val` splits (reterm_jax/tasks/pools.py).
+"""English words for the `words` and `words-val` splits, and token words for the `tokens` split
+(reterm_jax/tasks/pools.py).
 
 1068 lower-case words of 3-8 letters, each seen at least 3 times in Python 3.11's
 `pydoc_data.topics` (the language reference's English), minus every letter run of a pool item (so
@@ -85,4 +86,28 @@ variable various vary version versions versus very via view virtual want warning
 weak well were what when whenever where whether which while whose width wildcard will wishes
 with within without word words work working works would wrapped wrapper writable write writes
 written www yet yield yields you zero zeros
+""".split())
+
+# The `tokens` split's words: every lower-case token of two or more letters in the tiny tokenizer's
+# vocabulary (reterm_jax/assets/tokenizer), minus every letter run of a pool item and the keys
+# `host`, `port` and `name`. A model writes only the tokens its SFT rows made it write; English
+# words leave some out (`amp`, the middle of `example`, was in none of runs 18-31's rows), these
+# names have each of them whole (docs/learning.md, run 32). Frozen, like WORDS; a test checks it
+# against the tokenizer.
+TOKEN_WORDS = tuple("""
+ab able ac ace acebac acro actl ad ai ain ais al all alth ame ameter amp an and anges ant app apping
+ar arg art as ase ask asoning assed assist assistant ast at ata ate ath ation atus aw awk bac bas
+bash bj cal cat cd ce ception ch chive chmo chmod cho ck co com command content cri cription ct
+ction ctl ctor ctual cur curl de des description dex di diff din echo ect ed en end er ery est ests
+et etc ex exit fi fier fig fin find for function gain ge ges gin git gre grep hat he head heck hell
+ho iable ied if iff ifi ified il ill im imp import in ing ink ip iq ire irector irectory ired is it
+item items iter ith ive jq js json kdi ke la le lease led les lete lit ll llow lo local localhost ls
+lst lstrip ly mand mat me ment min minal mis mission mkdi mkdir mo most mp mplete mpt ner nex nied
+no nt obj object ol on one oning onse ontent oo ool op or ort orted ou our ous ow par parameter
+parameters pe pec pected per perties pip plete plit pp print pro properties ps ption put py python
+qu rais re reasoning rent requ required revi revitem rf ri rifier rin ring rint rip ritte rm rn ro
+role ron ror ross rst run se sed si sing sion sist sort sp sponse ss ssa st stall stat string sv sw
+sys system systemctl tar te ted tem ter terac test text th think thon ti ties tion tive tmp tool tp
+ts tte ttp ty type ual ue uil ul ults ument un unction und ur uration us user usr ust ut utput ux
+val value var ve vi vide viron wc xarg xt xz xzf ys ytest
 """.split())
