@@ -162,11 +162,15 @@ def main() -> int:
         print(f"name tokens never written in the input rows: {names.unwritten()} of {len(names.counts)}")
     n_values = 0
     with open(args.out, "w") as f:
-        for _ in range(args.copies):
+        for copy in range(args.copies):
             for row in rows:
                 values = quoted_values(row, constant[family(row)])
                 n_values += len(values)
-                f.write(json.dumps(relabel(row, values, rng, names)) + "\n")
+                new = relabel(row, values, rng, names)
+                # its own id: the SFT loader keeps only the first row of an id, so a copy that kept
+                # its source's id would be dropped beside the source, or beside another copy
+                new["id"] = f"{row['id']}~{args.names}{copy}"
+                f.write(json.dumps(new) + "\n")
     print(f"wrote {len(rows) * args.copies} rows ({args.copies} per row, {n_values} values renamed) to {args.out}")
     if names is not None:
         print(f"name tokens never written after them: {names.unwritten()} of {len(names.counts)}; "
