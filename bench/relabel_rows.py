@@ -14,9 +14,9 @@ rows: its purpose is names no pool has.
 `--names tokens` makes each run of letters out of the tokenizer's **least-written name tokens**
 instead (lower-case tokens of two or more letters, counted over the rows written so far, the input
 rows included; never a letter run of any pool item). A model can only write a token its SFT rows
-made it write: after run 31 every policy of runs 18-31 had never solved a held-out instance whose
-domain ends in `.example`, because the token `amp` (`ex` `amp` `le`) was in none of the 6,114 rows
-they trained on, and neither were 226 other letter and digit tokens (docs/learning.md, run 32).
+made it write: no policy evaluated in runs 20-31 ever solved a held-out instance whose domain
+ends in `.example`, because the token `amp` (`ex` `amp` `le`) was in none of the 6,114 rows of
+their SFT files (docs/learning.md, run 32).
 These rows make every such token a copied value a few times over, whatever the held-out pools hold.
 
     python bench/relabel_rows.py --rows OUT/demos_novel.jsonl --copies 5 --seed 0 --out OUT/relabeled.jsonl

@@ -23,7 +23,7 @@ letter run of any pool item.
 
 The `tokens` split (training) makes each run of letters one of the tiny tokenizer's own lower-case
 tokens (reterm_jax/tasks/words.py TOKEN_WORDS), so its names hold every such token, including the
-ones English words never produce (`amp`: no SFT row of runs 18-31 had it, so no policy wrote
+ones English words never produce (`amp`: no SFT row of runs 20-31 had it, so no policy wrote
 `.example`; docs/learning.md, run 32).
 """
 from __future__ import annotations
