@@ -124,6 +124,16 @@ def unwritten_needs(tasks: Path, names: list[str], written: collections.Counter,
     return out
 
 
+def column_names(paths: list[str]) -> list[str]:
+    """Each file's shortest distinct path tail, without `.json` (`run33/run/eval_warm_start`)."""
+    parts = [Path(p).resolve().with_suffix("").parts for p in paths]
+    for depth in range(1, max(len(x) for x in parts) + 1):
+        names = ["/".join(x[-depth:]) for x in parts]
+        if len(set(names)) == len(names):
+            return names
+    return names
+
+
 def _cell(r: int, n: int) -> str:
     return f"{r}/{n} ({100 * r / n:.1f}%)" if n else "-"
 
@@ -152,7 +162,7 @@ def main() -> int:
     missing = sorted(set(params) - {t for tally in tallies for t in tally})
     if missing:
         print(f"note: {len(missing)} of {len(params)} instances have no trial in any file (e.g. {missing[0]})")
-    names = [Path(p).stem for p in args.eval]
+    names = column_names(args.eval)
     report = {"instances": len(params), "files": args.eval, "by": {}}
     for key in keys:
         table = by_value(params, key, tallies)

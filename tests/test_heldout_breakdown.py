@@ -70,3 +70,11 @@ def test_breakdown_names_a_wrong_param_and_a_missing_file(tmp_path):
     res = subprocess.run([sys.executable, SCRIPT, "--tasks", str(tmp_path / "heldout"), "--eval", str(tmp_path / "nope.json")],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and "nope.json" in res.stderr and "no such file" in res.stderr
+
+
+def test_column_names_are_the_shortest_distinct_path_tails():
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    from heldout_breakdown import column_names
+    assert column_names(["/r/a/eval_grpo.json", "/r/a/eval_control.json"]) == ["eval_grpo", "eval_control"]
+    assert column_names(["/r/run33/out/eval_warm_start.json", "/r/run34/out/eval_warm_start.json"]) == [
+        "run33/out/eval_warm_start", "run34/out/eval_warm_start"]
