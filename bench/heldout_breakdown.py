@@ -138,6 +138,16 @@ def _cell(r: int, n: int) -> str:
     return f"{r}/{n} ({100 * r / n:.1f}%)" if n else "-"
 
 
+def _row(label: str, count: int, per_file: list[list[int]]) -> str:
+    """One table line: label, instances, resolved/trials per file and over all files."""
+    total = [sum(c[0] for c in per_file), sum(c[1] for c in per_file)]
+    return f"| {label} | {count} | " + " | ".join(_cell(*c) for c in per_file) + f" | {_cell(*total)} |"
+
+
+def _header(first: str, names: list[str]) -> str:
+    return f"\n| {first} | instances | " + " | ".join(names) + " | all files |\n|---|---|" + "---|" * (len(names) + 1)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tasks", required=True, help="the held-out task dirs' folder (OUT/tasks/heldout)")
@@ -167,28 +177,23 @@ def main() -> int:
     for key in keys:
         table = by_value(params, key, tallies)
         report["by"][key] = table
-        print(f"\n| {key} | instances | " + " | ".join(names) + " | all files |")
-        print("|---|---|" + "---|" * (len(names) + 1))
+        print(_header(key, names))
         for value, row in table.items():
             mark = " **never solved**" if row["all"][1] and row["all"][0] == 0 else ""
-            print(f"| {value}{mark} | {row['instances']} | " + " | ".join(_cell(*c) for c in row["per_file"])
-                  + f" | {_cell(*row['all'])} |")
+            print(_row(f"{value}{mark}", row["instances"], row["per_file"]))
     if args.rows:
         from reterm_jax.data.tokenizer import load_tokenizer
         tokenizer = load_tokenizer()
         rows = [json.loads(line) for path in args.rows for line in open(path) if line.strip()]
         written = written_tokens(rows, tokenizer)
         needs = unwritten_needs(Path(args.tasks), list(params), written, tokenizer)
-        split = {"needs an unwritten token": {}, "every token written": {}}
-        for task, toks in needs.items():
-            split["needs an unwritten token" if toks else "every token written"][task] = {"unwritten": toks}
+        split = {"needs an unwritten token": [t for t, toks in needs.items() if toks],
+                 "every token written": [t for t, toks in needs.items() if not toks]}
         print(f"\n{len(rows)} rows write {sum(written.values()):,} target tokens, {len(written)} distinct")
-        print("\n| instances | count | " + " | ".join(names) + " | all files |")
-        print("|---|---|" + "---|" * (len(names) + 1))
+        print(_header("copied values", names))
         for label, group in split.items():
-            cells = [[sum(t.get(k, (0, 0))[0] for k in group), sum(t.get(k, (0, 0))[1] for k in group)] for t in tallies]
-            total = [sum(c[0] for c in cells), sum(c[1] for c in cells)]
-            print(f"| {label} | {len(group)} | " + " | ".join(_cell(*c) for c in cells) + f" | {_cell(*total)} |")
+            print(_row(label, len(group), [[sum(t.get(k, (0, 0))[0] for k in group),
+                                            sum(t.get(k, (0, 0))[1] for k in group)] for t in tallies]))
         per_token = collections.Counter(t for toks in needs.values() for t in toks)
         if per_token:
             print("\nunwritten tokens the instances need: "
