@@ -19,8 +19,17 @@ ends in `.example`, because the token `amp` (`ex` `amp` `le`) was in none of the
 their SFT files (docs/learning.md, run 32).
 These rows make every such token a copied value a few times over, whatever the held-out pools hold.
 
+`--names prefixed` begins each run of letters with a token that begins a value of the input rows
+(the first token of a letter run of two or more tokens, drawn as often as the rows begin a run
+with it) and goes on with a least-written name token. A model that has learned which token
+follows `ex` in its rows' values (`exactly`: `ex` `actl` `y`) writes that pair again where a
+held-out value needs another (`examples`: `ex` `amp` `les`; docs/learning.md, run 34); in these
+rows the same first token goes on differently in every value, so only the instruction says what
+comes next.
+
     python bench/relabel_rows.py --rows OUT/demos_novel.jsonl --copies 5 --seed 0 --out OUT/relabeled.jsonl
     python bench/relabel_rows.py --rows ROWS --names tokens --copies 1 --out OUT/covering.jsonl
+    python bench/relabel_rows.py --rows ROWS --names prefixed --copies 3 --out OUT/prefixed.jsonl
 
 Prints how many rows and values it wrote.
 """
@@ -92,6 +101,32 @@ class TokenNames:
                 return word
 
 
+class PrefixedNames(TokenNames):
+    """Runs of letters that begin with a token that begins the input rows' values and go on with a
+    least-written name token, so the first token never tells what follows it."""
+
+    def __init__(self, tokenizer, rows: list[dict], values: list[str]):
+        super().__init__(tokenizer, rows)
+        firsts: dict[int, int] = {}
+        for value in values:
+            for run in re.findall(r"[a-z]+", value):
+                ids = tokenizer.encode(run, add_special_tokens=False)
+                if len(ids) >= 2:
+                    firsts[ids[0]] = firsts.get(ids[0], 0) + 1
+        if not firsts:
+            raise ValueError("no quoted value of the rows has a run of letters of two or more tokens to take a first token from")
+        self.firsts, self.weights = sorted(firsts), [firsts[i] for i in sorted(firsts)]
+
+    def letters(self, rng: random.Random) -> str:
+        while True:
+            first = rng.choices(self.firsts, self.weights)[0]
+            word = self.tokenizer.decode([first]) + self._least(rng)
+            ids = self.tokenizer.encode(word, add_special_tokens=False)
+            # the tokenizer must split it after the first token, or the pair is not the one taught
+            if len(ids) >= 2 and ids[0] == first and word not in _POOL_RUNS:
+                return word
+
+
 def fresh_value(rng: random.Random, value: str, taken: set[str], names: TokenNames | None = None) -> str:
     """A new value shaped like `value`: a number of as many digits from the port pool's train part,
     or each run of letters made up anew (pools.made_up_like, or `names`' least-written tokens);
@@ -141,9 +176,10 @@ def main() -> int:
     ap.add_argument("--rows", action="append", required=True, help="demonstration rows (JSONL; repeatable)")
     ap.add_argument("--copies", type=int, default=5, help="renamed versions of each row")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--names", default="made_up", choices=("made_up", "tokens"),
-                    help="letters made up as the novel split makes them, or of the tokenizer's least-written "
-                         "name tokens (counted over the input rows and every row written)")
+    ap.add_argument("--names", default="made_up", choices=("made_up", "tokens", "prefixed"),
+                    help="letters made up as the novel split makes them, of the tokenizer's least-written "
+                         "name tokens (counted over the input rows and every row written), or a token that "
+                         "begins the rows' values followed by a least-written one")
     ap.add_argument("--out", required=True, help="JSONL file to write")
     args = ap.parse_args()
     if args.copies < 1:
@@ -156,9 +192,17 @@ def main() -> int:
     constant = constant_quotes(rows)
     rng = random.Random(args.seed)
     names = None
-    if args.names == "tokens":
+    if args.names in ("tokens", "prefixed"):
         from reterm_jax.data.tokenizer import load_tokenizer
-        names = TokenNames(load_tokenizer(), rows)
+        if args.names == "tokens":
+            names = TokenNames(load_tokenizer(), rows)
+        else:
+            try:
+                names = PrefixedNames(load_tokenizer(), rows, [v for r in rows for v in quoted_values(r, constant[family(r)])])
+            except ValueError as e:
+                ap.error(f"--names prefixed: {e}")
+            print(f"first tokens: {len(names.firsts)} (most drawn: "
+                  + ", ".join(names.tokenizer.decode([i]) for i, _ in sorted(zip(names.firsts, names.weights), key=lambda x: -x[1])[:8]) + ")")
         print(f"name tokens never written in the input rows: {names.unwritten()} of {len(names.counts)}")
     n_values = 0
     with open(args.out, "w") as f:
