@@ -54,3 +54,40 @@ def test_token_names_cover_unwritten_tokens_and_copies_get_their_own_ids(tmp_pat
     first = re.search(r"never written in the input rows: (\d+)", res.stdout)
     after = re.search(r"never written after them: (\d+)", res.stdout)
     assert first and after and int(after.group(1)) < int(first.group(1))
+
+
+def test_prefixed_names_begin_with_a_first_token_of_the_rows_values_and_go_on_differently(tmp_path):
+    from reterm_jax.data.tokenizer import load_tokenizer
+    tokenizer = load_tokenizer()
+    rows = [_row(i, f"exactly-{i}{i}.bottom", 2000 + 7 * i) for i in range(6)]
+    src = tmp_path / "rows.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # the first tokens of the values' letter runs of two or more tokens (`app0x`'s `app` is one token)
+    firsts = {tokenizer.encode(run, add_special_tokens=False)[0]
+              for r in rows for v in re.findall(r"`([^`]*)`", r["messages"][1]["content"])
+              for run in re.findall(r"[a-z]+", v) if len(tokenizer.encode(run, add_special_tokens=False)) >= 2}
+    assert tokenizer.encode("ex", add_special_tokens=False)[0] in firsts
+    out = tmp_path / "out.jsonl"
+    res = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "relabel_rows.py"), "--rows", str(src),
+                          "--names", "prefixed", "--copies", "4", "--seed", "2", "--out", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    new = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(new) == 24 and len({r["id"] for r in new}) == 24
+    seconds = {}
+    for source, copy in zip(rows * 4, new):
+        host = re.search(r"to `([^`]*)` port", copy["messages"][1]["content"]).group(1)
+        assert host in copy["messages"][2]["tool_calls"][0]["function"]["arguments"]
+        old_host = re.search(r"to `([^`]*)` port", source["messages"][1]["content"]).group(1)
+        assert re.sub(r"[a-z]+", "a", host) == re.sub(r"[a-z]+", "a", old_host) and host != old_host
+        for run in re.findall(r"[a-z]+", host):
+            ids = tokenizer.encode(run, add_special_tokens=False)
+            assert len(ids) >= 2 and ids[0] in firsts, run  # split after a first token of the input values
+            seconds.setdefault(ids[0], set()).add(ids[1])
+    assert max(len(s) for s in seconds.values()) > 3  # one first token, many continuations
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text(json.dumps({**rows[0], "messages": [rows[0]["messages"][0],
+                                                         {"role": "user", "content": "Fix `x`."}]}) + "\n")
+    res = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "relabel_rows.py"), "--rows", str(empty),
+                          "--names", "prefixed", "--out", str(tmp_path / "o.jsonl")], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and "--names prefixed: no quoted value" in res.stderr
