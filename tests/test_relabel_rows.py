@@ -26,18 +26,22 @@ def _row(i: int, host: str, port: int) -> dict:
                          {"role": "assistant", "content": "Done."}]}
 
 
+def _relabel(tmp_path, rows: list[dict], *args: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """Run relabel_rows.py on `rows` with `args`; its result and the rows it wrote."""
+    src, out = tmp_path / "rows.jsonl", tmp_path / "out.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "relabel_rows.py"), "--rows", str(src),
+                          *args, "--out", str(out)], capture_output=True, text=True, timeout=300)
+    new = [json.loads(line) for line in out.read_text().splitlines()] if res.returncode == 0 else []
+    return res, new
+
+
 def test_token_names_cover_unwritten_tokens_and_copies_get_their_own_ids(tmp_path):
     from reterm_jax.data.tokenizer import load_tokenizer
     from reterm_jax.tasks.words import TOKEN_WORDS
     rows = [_row(i, f"shallow-{i}{i}.bottom", 2000 + 7 * i) for i in range(6)]
-    src = tmp_path / "rows.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    out = tmp_path / "out.jsonl"
-    res = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "relabel_rows.py"), "--rows", str(src),
-                          "--names", "tokens", "--copies", "2", "--seed", "1", "--out", str(out)],
-                         capture_output=True, text=True, timeout=300)
+    res, new = _relabel(tmp_path, rows, "--names", "tokens", "--copies", "2", "--seed", "1")
     assert res.returncode == 0, res.stderr
-    new = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(new) == 12 and len({r["id"] for r in new}) == 12  # the loader keeps one row per id
     assert not {r["id"] for r in new} & {r["id"] for r in rows}
     tokens = set(TOKEN_WORDS) | {"host", "port", "name"}  # the tokenizer's lower-case tokens of 2+ letters, no pool run
@@ -60,19 +64,13 @@ def test_prefixed_names_begin_with_a_first_token_of_the_rows_values_and_go_on_di
     from reterm_jax.data.tokenizer import load_tokenizer
     tokenizer = load_tokenizer()
     rows = [_row(i, f"exactly-{i}{i}.bottom", 2000 + 7 * i) for i in range(6)]
-    src = tmp_path / "rows.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     # the first tokens of the values' letter runs of two or more tokens (`app0x`'s `app` is one token)
     firsts = {tokenizer.encode(run, add_special_tokens=False)[0]
               for r in rows for v in re.findall(r"`([^`]*)`", r["messages"][1]["content"])
               for run in re.findall(r"[a-z]+", v) if len(tokenizer.encode(run, add_special_tokens=False)) >= 2}
     assert tokenizer.encode("ex", add_special_tokens=False)[0] in firsts
-    out = tmp_path / "out.jsonl"
-    res = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "relabel_rows.py"), "--rows", str(src),
-                          "--names", "prefixed", "--copies", "4", "--seed", "2", "--out", str(out)],
-                         capture_output=True, text=True, timeout=300)
+    res, new = _relabel(tmp_path, rows, "--names", "prefixed", "--copies", "4", "--seed", "2")
     assert res.returncode == 0, res.stderr
-    new = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(new) == 24 and len({r["id"] for r in new}) == 24
     seconds = {}
     for source, copy in zip(rows * 4, new):
@@ -85,9 +83,6 @@ def test_prefixed_names_begin_with_a_first_token_of_the_rows_values_and_go_on_di
             assert len(ids) >= 2 and ids[0] in firsts, run  # split after a first token of the input values
             seconds.setdefault(ids[0], set()).add(ids[1])
     assert max(len(s) for s in seconds.values()) > 3  # one first token, many continuations
-    empty = tmp_path / "empty.jsonl"
-    empty.write_text(json.dumps({**rows[0], "messages": [rows[0]["messages"][0],
-                                                         {"role": "user", "content": "Fix `x`."}]}) + "\n")
-    res = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "relabel_rows.py"), "--rows", str(empty),
-                          "--names", "prefixed", "--out", str(tmp_path / "o.jsonl")], capture_output=True, text=True, timeout=300)
+    nothing = {**rows[0], "messages": [rows[0]["messages"][0], {"role": "user", "content": "Fix `x`."}]}
+    res, _ = _relabel(tmp_path, [nothing], "--names", "prefixed")
     assert res.returncode == 2 and "--names prefixed: no quoted value" in res.stderr
