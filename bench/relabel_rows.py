@@ -190,6 +190,7 @@ def main() -> int:
             ap.error(f"--rows {path!r}: no such file")
         rows += [json.loads(line) for line in open(path)]
     constant = constant_quotes(rows)
+    values = [quoted_values(row, constant[family(row)]) for row in rows]  # the same for every copy
     rng = random.Random(args.seed)
     names = None
     if args.names in ("tokens", "prefixed"):
@@ -198,19 +199,18 @@ def main() -> int:
             names = TokenNames(load_tokenizer(), rows)
         else:
             try:
-                names = PrefixedNames(load_tokenizer(), rows, [v for r in rows for v in quoted_values(r, constant[family(r)])])
+                names = PrefixedNames(load_tokenizer(), rows, [v for vs in values for v in vs])
             except ValueError as e:
                 ap.error(f"--names prefixed: {e}")
-            print(f"first tokens: {len(names.firsts)} (most drawn: "
-                  + ", ".join(names.tokenizer.decode([i]) for i, _ in sorted(zip(names.firsts, names.weights), key=lambda x: -x[1])[:8]) + ")")
+            most = sorted(zip(names.weights, names.firsts), reverse=True)[:8]
+            print(f"first tokens: {len(names.firsts)} (most drawn: {', '.join(names.tokenizer.decode([i]) for _, i in most)})")
         print(f"name tokens never written in the input rows: {names.unwritten()} of {len(names.counts)}")
     n_values = 0
     with open(args.out, "w") as f:
         for copy in range(args.copies):
-            for row in rows:
-                values = quoted_values(row, constant[family(row)])
-                n_values += len(values)
-                new = relabel(row, values, rng, names)
+            for row, row_values in zip(rows, values):
+                n_values += len(row_values)
+                new = relabel(row, row_values, rng, names)
                 # its own id: the SFT loader keeps only the first row of an id, so a copy that kept
                 # its source's id would be dropped beside the source, or beside another copy
                 new["id"] = f"{row['id']}~{args.names}{copy}"
