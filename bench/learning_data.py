@@ -20,6 +20,12 @@ def task_dirs(out: Path, name: str) -> list[Path]:
     return sorted(Path(d) for d in glob.glob(str(out / "tasks" / name / "*")) if os.path.isdir(d))
 
 
+def fit_slice(train: list[Path], val: list[Path]) -> list[Path]:
+    """The train-fit slice: as many train instances as the validation slice holds, evenly spaced
+    (the learning run scores each SFT candidate on both; bench/policy_fit.py scores any policy)."""
+    return train[::max(1, len(train) // max(1, len(val)))][:len(val)]
+
+
 def task_plan(args) -> dict[str, tuple[str, int, int]]:
     """Each task set's (split, count, seed). `val` is a validation slice of a training split
     (--val_split: train pools, or made-up names); `heldout` is the only one from held-out pools."""

@@ -61,7 +61,7 @@ from absl import logging  # noqa: E402
 
 import grpo as grpo_config  # noqa: E402  (configs/grpo.py)
 import sft as sft_config  # noqa: E402  (configs/sft.py)
-from learning_data import demo_limits, extra_rows, make_tasks, sft_rows, steps_for_tokens  # noqa: E402  (bench/)
+from learning_data import demo_limits, extra_rows, fit_slice, make_tasks, sft_rows, steps_for_tokens  # noqa: E402  (bench/)
 from learning_data import log as _log  # noqa: E402
 from learning_eval import FAULT_RECOVERY, apply_limits, evaluate, model_policy, parse_sampling, time_split  # noqa: E402  (bench/)
 from reterm_jax.rl import learning_report  # noqa: E402
@@ -172,7 +172,7 @@ def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, sta
     todo = [step for step in sorted(cands) if step not in val_scores or step not in fit_scores]
     rescored = bool(todo)
     if rescored:  # the candidates not yet scored (a phase added to a scored run: its own only)
-        fit = dirs["train"][::max(1, len(dirs["train"]) // max(1, len(dirs["val"])))][:len(dirs["val"])]
+        fit = fit_slice(dirs["train"], dirs["val"])
         for step in todo:
             phase, local = cands[step]
             ckpt = out / phase / "checkpoints"
