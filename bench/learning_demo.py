@@ -34,7 +34,7 @@ import grpo as grpo_config  # noqa: E402  (configs/grpo.py)
 from reterm_jax.rl import evaluation  # noqa: E402
 from reterm_jax.rl.policies import fault_then  # noqa: E402
 from reterm_jax.train import grpo  # noqa: E402
-from learning_run import FAULT_RECOVERY, apply_sets, model_policy  # noqa: E402  (bench/learning_run.py)
+from learning_eval import FAULT_RECOVERY, apply_sets, model_policy  # noqa: E402  (bench/)
 
 
 # FAULT_RECOVERY: recovery from each task's scripted fault (what the tiny preset's failure bank

@@ -2,6 +2,7 @@
 harness as GRPO samples it, and the held-out / validation protocols on a pool of sandboxes."""
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -17,6 +18,31 @@ def apply_limits(gcfg, limits: dict) -> None:
     r.max_turns, r.max_tokens, r.cache_length = limits["max_turns"], limits["max_tokens"], limits["cache_length"]
     r.max_new_tokens_per_turn = limits.get("max_new_tokens_per_turn", r.max_new_tokens_per_turn)
     gcfg.train.seq_len = limits["grpo_seq_len"]
+
+
+def apply_sets(cfg, items: list[str]) -> None:
+    """--set KEY=VALUE overrides of a configs/grpo.py config (learning_run.py, learning_demo.py)."""
+    for item in items:
+        key, _, value = item.partition("=")
+        *parents, leaf = key.split(".")
+        node = cfg
+        for name in parents:
+            node = node[name]
+        if leaf not in node:
+            sys.exit(f"--set {item!r}: configs/grpo.py has no field {key!r}")
+        node[leaf] = type(node[leaf])(value) if not isinstance(node[leaf], bool) else value.lower() == "true"
+
+
+def run_config(state: dict):
+    """configs/grpo.py's tiny config as a learning run's policies sampled: its seed, the limits its
+    rows set and its --set overrides, read from its state.json (bench scripts that score a policy
+    "the way the run did" rebuild it here, so a run's --set rollout.max_tokens=... is not lost)."""
+    import grpo as grpo_config  # configs/grpo.py; the bench scripts put configs/ on sys.path
+    gcfg = grpo_config.get_config("tiny")
+    gcfg.seed = state["config"]["args"].get("seed", 0)
+    apply_limits(gcfg, state["config"]["limits"])
+    apply_sets(gcfg, state["config"]["args"].get("set") or [])
+    return gcfg
 
 
 def parse_sampling(text: str):

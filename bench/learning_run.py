@@ -63,21 +63,8 @@ import grpo as grpo_config  # noqa: E402  (configs/grpo.py)
 import sft as sft_config  # noqa: E402  (configs/sft.py)
 from learning_data import demo_limits, extra_rows, fit_slice, make_tasks, sft_rows, steps_for_tokens  # noqa: E402  (bench/)
 from learning_data import log as _log  # noqa: E402
-from learning_eval import FAULT_RECOVERY, apply_limits, evaluate, model_policy, parse_sampling, time_split  # noqa: E402  (bench/)
+from learning_eval import FAULT_RECOVERY, apply_limits, apply_sets, evaluate, model_policy, parse_sampling, time_split  # noqa: E402  (bench/)
 from reterm_jax.rl import learning_report  # noqa: E402
-
-
-def apply_sets(cfg, items: list[str]) -> None:
-    """--set KEY=VALUE overrides of a configs/grpo.py config (bench/learning_demo.py uses it too)."""
-    for item in items:
-        key, _, value = item.partition("=")
-        *parents, leaf = key.split(".")
-        node = cfg
-        for name in parents:
-            node = node[name]
-        if leaf not in node:
-            sys.exit(f"--set {item!r}: configs/grpo.py has no field {key!r}")
-        node[leaf] = type(node[leaf])(value) if not isinstance(node[leaf], bool) else value.lower() == "true"
 
 
 # ---- stages 3-5: warm start, GRPO, control ----------------------------------------------------------------

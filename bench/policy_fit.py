@@ -21,10 +21,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 _ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path[:0] = [_ROOT, os.path.join(_ROOT, "configs")]  # runnable from a checkout
 
-import grpo as grpo_config  # noqa: E402  (configs/grpo.py)
 from learning_data import fit_slice, log, task_dirs  # noqa: E402  (bench/)
-from learning_eval import FAULT_RECOVERY, apply_limits, evaluate, model_policy  # noqa: E402  (bench/)
-from learning_run import apply_sets  # noqa: E402  (bench/)
+from learning_eval import FAULT_RECOVERY, evaluate, model_policy, run_config  # noqa: E402  (bench/)
 
 
 def main() -> None:
@@ -45,10 +43,7 @@ def main() -> None:
     train, val = task_dirs(out, "train"), task_dirs(out, "val")
     if not train or not val:
         sys.exit(f"--out={args.out}: tasks/train or tasks/val is empty; the run has not generated its tasks yet")
-    gcfg = grpo_config.get_config("tiny")
-    gcfg.seed = state["config"]["args"].get("seed", 0)
-    apply_limits(gcfg, state["config"]["limits"])
-    apply_sets(gcfg, state["config"]["args"].get("set", []))
+    gcfg = run_config(state)
     slices = {"train_fit": fit_slice(train, val), "validation": val}
     scores = {}
     for hf in args.hf:

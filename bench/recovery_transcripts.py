@@ -20,8 +20,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 _ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path[:0] = [_ROOT, os.path.join(_ROOT, "configs")]  # runnable from a checkout
 
-import grpo as grpo_config  # noqa: E402  (configs/grpo.py)
-from learning_eval import apply_limits, model_policy, parse_sampling  # noqa: E402  (bench/)
+from learning_eval import model_policy, parse_sampling, run_config  # noqa: E402  (bench/)
 
 # the ini-retarget oracle's values: the section it matches, the host and the port it writes
 _VALUE = re.compile(r'section == "([^"]*)"|host = ([^\\"\n]*)|port = (\d+)')
@@ -53,8 +52,7 @@ def main() -> None:
     except ValueError as e:
         sys.exit(str(e))
     from reterm_jax.sandbox import DockerSandbox, load_task, verify
-    gcfg = grpo_config.get_config("tiny")
-    apply_limits(gcfg, json.load(open(args.state))["config"]["limits"])
+    gcfg = run_config(json.load(open(args.state)))
     policy = model_policy(gcfg, args.hf, sampling=sampling)
     for d in dirs:
         task = load_task(d)

@@ -19,8 +19,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 _ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path[:0] = [_ROOT, os.path.join(_ROOT, "configs")]  # runnable from a checkout
 
-import grpo as grpo_config  # noqa: E402  (configs/grpo.py)
-from learning_eval import FAULT_RECOVERY, apply_limits, evaluate, model_policy  # noqa: E402  (bench/)
+from learning_eval import FAULT_RECOVERY, evaluate, model_policy, run_config  # noqa: E402  (bench/)
 
 
 def main() -> None:
@@ -35,8 +34,7 @@ def main() -> None:
     dirs = sorted(Path(d) for d in glob.glob(args.tasks) if os.path.isdir(d))[:args.max_tasks or None]
     if not dirs:
         sys.exit(f"--tasks {args.tasks!r}: no task dirs match; give a glob like 'OUT/tasks/val/*'")
-    gcfg = grpo_config.get_config("tiny")
-    apply_limits(gcfg, json.load(open(args.state))["config"]["limits"])
+    gcfg = run_config(json.load(open(args.state)))
     t0 = time.time()
     summary, _ = evaluate(model_policy(gcfg, args.hf), dirs, samples=args.samples, jobs=args.jobs,
                           protocols=(FAULT_RECOVERY,))
