@@ -45,6 +45,30 @@ def run_config(state: dict):
     return gcfg
 
 
+def run_state(out, hf_dirs: list[str]) -> dict:
+    """A learning run's state.json for a script that scores policies against it, after checking
+    that OUT is such a run and each of hf_dirs is an HF model directory (one-line exits)."""
+    import json
+    import os
+    state_path = os.path.join(str(out), "state.json")
+    if not os.path.isfile(state_path):
+        sys.exit(f"--out={out}: no state.json there; give the directory of a bench/learning_run.py run")
+    for hf in hf_dirs:
+        if not os.path.isfile(os.path.join(hf, "config.json")):
+            sys.exit(f"--hf={hf}: not an HF model directory (no config.json); pass e.g. OUT/warm_start_hf")
+    return json.load(open(state_path))
+
+
+def parse_protocols(text: str) -> tuple[str, ...]:
+    """--protocols: comma-separated `shared` (pass@1, retry@2, recovery@2) and/or fault-recovery."""
+    protocols = tuple(x.strip() for x in text.split(",") if x.strip())
+    bad = [x for x in protocols if x not in ("shared", FAULT_RECOVERY)]
+    if bad or not protocols:
+        raise ValueError(f"--protocols={text!r}: {f'unknown {bad}' if bad else 'names none'}; "
+                         f"use shared and/or {FAULT_RECOVERY}")
+    return protocols
+
+
 def parse_sampling(text: str):
     """--eval_sampling: "rollout" (None: as GRPO samples, at its rollout temperature) or
     TEMPERATURE,TOP_K,TOP_P, e.g. 0.6,20,0.95 (configs/eval.py's setting for Qwen3.5)."""

@@ -63,7 +63,7 @@ import grpo as grpo_config  # noqa: E402  (configs/grpo.py)
 import sft as sft_config  # noqa: E402  (configs/sft.py)
 from learning_data import demo_limits, extra_rows, fit_slice, make_tasks, sft_rows, steps_for_tokens  # noqa: E402  (bench/)
 from learning_data import log as _log  # noqa: E402
-from learning_eval import FAULT_RECOVERY, apply_limits, apply_sets, evaluate, model_policy, parse_sampling, time_split  # noqa: E402  (bench/)
+from learning_eval import FAULT_RECOVERY, apply_limits, apply_sets, evaluate, model_policy, parse_protocols, parse_sampling, time_split  # noqa: E402  (bench/)
 from reterm_jax.rl import learning_report  # noqa: E402
 
 
@@ -447,10 +447,10 @@ def main() -> None:
         sys.exit(f"--extra_rows={missing[0]}: no such file (bench/own_failures.py --rows writes one)")
     if args.faults_per_task < 0:
         sys.exit(f"--faults_per_task={args.faults_per_task}: use 0 (every fault kind) or a positive count")
-    protocols = tuple(x.strip() for x in args.protocols.split(",") if x.strip())
-    bad = [x for x in protocols if x not in ("shared", FAULT_RECOVERY)]
-    if bad:
-        sys.exit(f"--protocols: unknown {bad}; use shared and/or {FAULT_RECOVERY}")
+    try:
+        protocols = parse_protocols(args.protocols)
+    except ValueError as e:
+        sys.exit(str(e))
     out = Path(args.out).absolute()
     out.mkdir(parents=True, exist_ok=True)
     state_path = out / "state.json"

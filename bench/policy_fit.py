@@ -22,7 +22,7 @@ _ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path[:0] = [_ROOT, os.path.join(_ROOT, "configs")]  # runnable from a checkout
 
 from learning_data import fit_slice, log, task_dirs  # noqa: E402  (bench/)
-from learning_eval import FAULT_RECOVERY, evaluate, model_policy, run_config  # noqa: E402  (bench/)
+from learning_eval import FAULT_RECOVERY, evaluate, model_policy, run_config, run_state  # noqa: E402  (bench/)
 
 
 def main() -> None:
@@ -33,13 +33,7 @@ def main() -> None:
     p.add_argument("--json", default="", help="also write the scores here")
     args = p.parse_args()
     out = Path(args.out)
-    state_path = out / "state.json"
-    if not state_path.is_file():
-        sys.exit(f"--out={args.out}: no state.json there; give the directory of a bench/learning_run.py run")
-    for hf in args.hf:
-        if not os.path.isfile(os.path.join(hf, "config.json")):
-            sys.exit(f"--hf={hf}: not an HF model directory (no config.json); pass e.g. OUT/warm_start_hf")
-    state = json.load(open(state_path))
+    state = run_state(args.out, args.hf)
     train, val = task_dirs(out, "train"), task_dirs(out, "val")
     if not train or not val:
         sys.exit(f"--out={args.out}: tasks/train or tasks/val is empty; the run has not generated its tasks yet")

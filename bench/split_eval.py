@@ -21,7 +21,7 @@ _ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path[:0] = [_ROOT, os.path.join(_ROOT, "configs")]  # runnable from a checkout
 
 from learning_data import log, task_dirs  # noqa: E402  (bench/)
-from learning_eval import FAULT_RECOVERY, evaluate, model_policy, parse_sampling, run_config  # noqa: E402  (bench/)
+from learning_eval import FAULT_RECOVERY, evaluate, model_policy, parse_protocols, parse_sampling, run_config, run_state  # noqa: E402  (bench/)
 from reterm_jax.rl.evaluation import paired_difference  # noqa: E402
 
 
@@ -38,21 +38,16 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=3)
     p.add_argument("--json", default="", help="also write the summaries and differences here")
     args = p.parse_args()
-    state_path = os.path.join(args.out, "state.json")
-    if not os.path.isfile(state_path):
-        sys.exit(f"--out={args.out}: no state.json there; give the directory of a bench/learning_run.py run")
-    for hf in args.hf:
-        if not os.path.isfile(os.path.join(hf, "config.json")):
-            sys.exit(f"--hf={hf}: not an HF model directory (no config.json); pass e.g. OUT/grpo_hf")
-    protocols = tuple(x.strip() for x in args.protocols.split(",") if x.strip())
-    if not protocols or any(x not in ("shared", FAULT_RECOVERY) for x in protocols):
-        sys.exit(f"--protocols={args.protocols!r}: use shared, {FAULT_RECOVERY} or both, comma-separated")
+    state = run_state(args.out, args.hf)
+    try:
+        protocols = parse_protocols(args.protocols)
+    except ValueError as e:
+        sys.exit(str(e))
     if args.stride < 1 or args.samples < 1:
         sys.exit(f"--stride={args.stride} --samples={args.samples}: both must be at least 1")
     dirs = task_dirs(Path(args.out), args.split)[::args.stride]
     if not dirs:
         sys.exit(f"--split={args.split}: OUT/tasks/{args.split} holds no task dirs")
-    state = json.load(open(state_path))
     gcfg = run_config(state)
     eval_sampling = state["config"]["args"].get("eval_sampling") or "rollout"
     sampling = parse_sampling(eval_sampling)
