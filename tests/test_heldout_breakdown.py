@@ -1,5 +1,5 @@
-"""bench/heldout_breakdown.py: held-out scores split by a generator param, and the instances whose
-copied values need a token the SFT rows never wrote (docs/learning.md, run 32)."""
+"""experiments/learning/heldout_breakdown.py: held-out scores split by a generator param, and the instances whose
+copied values need a token the SFT rows never wrote (experiments/learning/notebook.md, run 32)."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-SCRIPT = os.path.join(ROOT, "bench", "heldout_breakdown.py")
+SCRIPT = os.path.join(ROOT, "experiments", "learning", "heldout_breakdown.py")
 
 
 def _domain(task_dir) -> str:
@@ -73,7 +73,7 @@ def test_breakdown_names_a_wrong_param_and_a_missing_file(tmp_path):
 
 
 def test_column_names_are_the_shortest_distinct_path_tails():
-    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    sys.path.insert(0, os.path.join(ROOT, "experiments", "learning"))
     from heldout_breakdown import column_names
     assert column_names(["/r/a/eval_grpo.json", "/r/a/eval_control.json"]) == ["eval_grpo", "eval_control"]
     assert column_names(["/r/run33/out/eval_warm_start.json", "/r/run34/out/eval_warm_start.json"]) == [

@@ -1,9 +1,13 @@
-"""The learning run's bookkeeping (reterm_jax/rl/learning_report.py): which SFT candidate the
+"""The learning run's bookkeeping (experiments/learning/learning_report.py): which SFT candidate the
 validation slice picks, the limits derived from the demonstration rows, result.json's shape and
 paired gains, and learning.png."""
+import os
+import sys
+
 import pytest
 
-from reterm_jax.rl import learning_report as lr
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "experiments", "learning"))
+import learning_report as lr  # noqa: E402  (experiments/learning/, not the package)
 
 
 def test_pick_warm_start_best_then_earliest():
@@ -87,7 +91,7 @@ def test_result_json_pairs_the_policies_over_tasks(tmp_path):
 
 
 def test_fault_recovery_counts_the_models_attempt_only():
-    from reterm_jax.rl.evaluation import AttemptRecord, Trial, fault_recovery_summary
+    from reterm_jax.rl.evaluation.protocols import AttemptRecord, Trial, fault_recovery_summary
 
     def rec(i, ok):
         return AttemptRecord(attempt=i, reward=float(ok), resolved=ok, tokens=0, context_tokens=0, turns=1,

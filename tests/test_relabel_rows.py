@@ -1,5 +1,5 @@
-"""bench/relabel_rows.py: renamed copies keep the demonstration and get their own ids; `--names
-tokens` makes names of the tokenizer's least-written tokens (docs/learning.md, run 32)."""
+"""experiments/learning/relabel_rows.py: renamed copies keep the demonstration and get their own ids; `--names
+tokens` makes names of the tokenizer's least-written tokens (experiments/learning/notebook.md, run 32)."""
 from __future__ import annotations
 
 import json
@@ -30,7 +30,7 @@ def _relabel(tmp_path, rows: list[dict], *args: str) -> tuple[subprocess.Complet
     """Run relabel_rows.py on `rows` with `args`; its result and the rows it wrote."""
     src, out = tmp_path / "rows.jsonl", tmp_path / "out.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    res = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "relabel_rows.py"), "--rows", str(src),
+    res = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "learning", "relabel_rows.py"), "--rows", str(src),
                           *args, "--out", str(out)], capture_output=True, text=True, timeout=300)
     new = [json.loads(line) for line in out.read_text().splitlines()] if res.returncode == 0 else []
     return res, new

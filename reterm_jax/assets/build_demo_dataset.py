@@ -23,9 +23,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 from reterm_jax.data.chat import BASH_TOOL  # noqa: E402
 from reterm_jax.data.schema import validate_rows  # noqa: E402
 # The harness's own prompts and observation format: demo rows must look like RL rollouts.
-from reterm_jax.rl.harness import RETRY_PROMPT, SYSTEM_PROMPT, format_observation  # noqa: E402
+from reterm_jax.rl.agent.harness import RETRY_PROMPT, SYSTEM_PROMPT, format_observation  # noqa: E402
 # The oracle's command splitter lives with the evaluation policies (one copy for both users).
-from reterm_jax.rl.policies import FAULT_OPENING, split_commands  # noqa: E402,F401
+from reterm_jax.rl.agent.scripted import FAULT_OPENING, split_commands  # noqa: E402,F401
 
 log = logging.getLogger("build_demo_dataset")
 
@@ -130,7 +130,7 @@ def solve_row(task) -> dict | None:
     (opening as the failed attempts do, so the first turn cannot tell which follows), trained on
     from its first assistant turn (target_attempt_index 1); None unless the verifier says solved.
     Recovery rows never train a first attempt, so without these a model has never been taught
-    to make one (docs/learning.md, run 15)."""
+    to make one (experiments/learning/notebook.md)."""
     from reterm_jax.sandbox import DockerSandbox, verify
 
     solve = split_commands(open(task.solution_dir / "solve.sh").read())

@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
                         "as they are (only the first-attempt rows run)")
     b = sub.add_parser("bank_demos", help="teacher recoveries from the agent's own failures (a failure bank) in Docker")
     b.add_argument("--bank", required=True, help="a failure bank directory (RUN/failure_bank of GRPO with "
-                   "bank.failures_from=policy, or bench/own_failures.py's)")
+                   "bank.failures_from=policy, or experiments/learning/own_failures.py's)")
     b.add_argument("--out", required=True, help="JSONL file to write")
     b.add_argument("--jobs", type=int, default=2, help="entries run in parallel")
     b.add_argument("--skip_ends", default="", metavar="REASON,...",

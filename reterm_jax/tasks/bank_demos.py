@@ -4,9 +4,9 @@
 
 The scripted-fault rows of `demos.py` all follow a one-line fault; a model's own failed attempt
 looks nothing like one (a long script with wrong values, a turn that never closed), and a model
-trained only on the former does not recover after the latter (docs/learning.md, run 16: 0 of
-736). Each entry of a failure bank (rl/failure_bank.py; GRPO with `bank.failures_from=policy`
-fills one, as does `bench/own_failures.py`) is the state the agent's attempt left behind plus
+trained only on the former does not recover after the latter (0 of 736 in
+experiments/learning/notebook.md). Each entry of a failure bank (rl/grpo/failure_bank.py; GRPO with `bank.failures_from=policy`
+fills one, as does `experiments/learning/own_failures.py`) is the state the agent's attempt left behind plus
 that attempt's messages. Here the entry is branched twice and the oracle runs in each copy as
 `build_demo_dataset.recovery_rows` does (at once, and after the family's read-only inspection):
 a row for each copy the verifier then says solved, whose context is the agent's attempt as its
@@ -50,9 +50,9 @@ def attempt_history(messages: list[dict]) -> list[dict]:
 
 def parse_end_reasons(text: str) -> tuple[str, ...]:
     """`max_turns,turn_token_limit` -> the names, each one an end reason a bank entry can have
-    (rl/harness.py END_REASONS, or the scripted fault's); "" -> none."""
-    from reterm_jax.rl.harness import END_REASONS
-    from reterm_jax.rl.recovery import SCRIPTED_FAULT
+    (rl/agent/harness.py END_REASONS, or the scripted fault's); "" -> none."""
+    from reterm_jax.rl.agent.harness import END_REASONS
+    from reterm_jax.rl.grpo.bank_fill import SCRIPTED_FAULT
     names = tuple(x.strip() for x in text.split(",") if x.strip())
     known = (*END_REASONS, SCRIPTED_FAULT)
     bad = [x for x in names if x not in known]
@@ -85,12 +85,12 @@ def bank_demos(bank_dir: str | Path, out: str | Path, jobs: int = 2, skip_ends: 
     turn limit, whose rows are the longest and teach long recoveries after long attempts) are
     left out before anything runs. The bank is opened (and locked) only while this runs;
     nothing in it changes."""
-    from reterm_jax.rl.failure_bank import FailureBank
+    from reterm_jax.rl.grpo.failure_bank import FailureBank
     from reterm_jax.sandbox import SandboxPool
 
     if not (Path(bank_dir) / "bank.json").is_file():
         raise ValueError(f"{bank_dir} is not a failure bank (no bank.json): pass the failure_bank directory "
-                         "of a GRPO run (RUN/failure_bank) or of bench/own_failures.py")
+                         "of a GRPO run (RUN/failure_bank) or of experiments/learning/own_failures.py")
     # no pruning while reading: every entry stays, whatever its age or the bank's count
     with FailureBank(bank_dir, max_entries=10**9, max_age_s=math.inf, max_bytes=2**62) as bank:
         ids, skipped, left_out = [], 0, 0

@@ -3,8 +3,8 @@
 A generated task's fix has to carry the instance's values (a section, a host, a branch name) from
 the instruction into a command. A pretrained LM copies for free; the tiny model of the learning run
 starts from random weights and, trained on the demonstrations alone, learns every command but
-guesses the values from the train pools (docs/learning.md, run 3: ~72% of value tokens right, on
-trained and unseen instances alike). A drill row makes copying the whole loss: the user names 2-7
+guesses the values from the train pools (~72% of value tokens right, on trained and unseen
+instances alike; experiments/learning/notebook.md). A drill row makes copying the whole loss: the user names 2-7
 random keys with random values in backticks, asks for them in a given order, some filler output may
 sit between, and the target turn writes one command with each key's value, in that order. Keys and
 values are random characters (no task family's pools, so nothing of the held-out split), in one of
@@ -15,7 +15,7 @@ not one format.
 
 The rows are ReTerm-10K rows (`reterm_jax.data` trains on them as on any others; the loss starts at
 the target turn). Nothing is run: the commands are never executed, only written. Measured so far
-(docs/learning.md, run 4): the random-weight tiny model does not start copying from drills alone
+(experiments/learning/notebook.md): the random-weight tiny model does not start copying from drills alone
 within 600 steps of 4 packed rows; no pipeline uses them yet.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ import string
 
 from reterm_jax.assets.build_demo_dataset import call, make_row
 from reterm_jax.data.sources import save_rows
-from reterm_jax.rl.harness import SYSTEM_PROMPT, format_observation
+from reterm_jax.rl.agent.harness import SYSTEM_PROMPT, format_observation
 from reterm_jax.tasks.pools import POOLS
 
 TASK_ID = "copy-drill"

@@ -11,20 +11,20 @@ A third split, `novel`, is for training too: its words are made up afresh for ea
 numbers come from the train part. A fix on a novel instance can only be right by copying the
 names from the instruction or an observation, never by recalling a pool word: SFT rows that teach
 copying, and a validation slice that measures copying of names never seen without touching the
-held-out pools (docs/learning.md, run 7).
+held-out pools (experiments/learning/notebook.md).
 
 Two more splits replace each run of letters of a train item with an English word
 (reterm_jax/tasks/words.py, `db-east` -> `shallow-tuple`) instead of syllables: `words` for
 training, `words-val` (a quarter of the words, by hash, never `words`') for validation only. Made-up
 syllables cover few of the tokenizer's merges, so a model that copies them may still never have
-written the tokens of real names (docs/learning.md, run 14: held-out hosts); English words cover
+written the tokens of real names (held-out hosts; experiments/learning/notebook.md); English words cover
 them, and a validation slice of other English words sees what held-out names will. No word is a
 letter run of any pool item.
 
 The `tokens` split (training) makes each run of letters one of the tiny tokenizer's own lower-case
 tokens (reterm_jax/tasks/words.py TOKEN_WORDS), so its names hold every such token, including the
-ones English words never produce (`amp`: no SFT row of runs 20-31 had it, so no policy wrote
-`.example`; docs/learning.md, run 32).
+ones English words never produce (`amp`: no SFT row of the learning experiment had it, so no
+policy wrote `.example`; experiments/learning/notebook.md).
 """
 from __future__ import annotations
 

@@ -91,8 +91,8 @@ written www yet yield yields you zero zeros
 # The `tokens` split's words: every lower-case token of two or more letters in the tiny tokenizer's
 # vocabulary (reterm_jax/assets/tokenizer), minus every letter run of a pool item and the keys
 # `host`, `port` and `name`. A model writes only the tokens its SFT rows made it write; English
-# words leave some out (`amp`, the middle of `example`, was in none of runs 20-31's rows), these
-# names have each of them whole (docs/learning.md, run 32). Frozen, like WORDS; a test checks it
+# words leave some out (`amp`, the middle of `example`, was in none of the learning experiment's rows), these
+# names have each of them whole (experiments/learning/notebook.md). Frozen, like WORDS; a test checks it
 # against the tokenizer.
 TOKEN_WORDS = tuple("""
 ab able ac ace acebac acro actl ad ai ain ais al all alth ame ameter amp an and anges ant app apping

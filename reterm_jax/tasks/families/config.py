@@ -7,8 +7,8 @@ reward.json's "partial" (spec.TEST_SH): the moved section's new values (the host
 shared domain, letter by letter, 3/4; the port, 1/4) times the rest of the file's fourth power (the
 line-level ratio of every other line to the expected ones). Most of the score is the value the
 agent must copy: restoring the committed file without the edit scores low, a fix with a few
-letters wrong in the host high, and a file that breaks other sections little. (Runs 26-28 of
-docs/learning.md used difflib's ratio of the whole file, which rated all of these about alike.)
+letters wrong in the host high, and a file that breaks other sections little. (An earlier score in
+experiments/learning/notebook.md used difflib's ratio of the whole file, which rated all of these about alike.)
 """
 from __future__ import annotations
 
