@@ -26,8 +26,8 @@ sys.path.insert(0, os.getcwd())
 import jax
 from flax import nnx
 from reterm_jax.model import Qwen3_5Config, Qwen3_5ForCausalLM
-from reterm_jax.rl.sampler import Sampler
-from reterm_jax.rl.sampling import SamplingParams
+from reterm_jax.rl.inference.sampler import Sampler
+from reterm_jax.rl.inference.sampling import SamplingParams
 b, fill, cache, new = {batch}, {fill}, {cache}, 64
 kv = {kv!r} or None
 model = Qwen3_5ForCausalLM(Qwen3_5Config.tiny(), rngs=nnx.Rngs(0))
@@ -67,7 +67,8 @@ def main() -> int:
     med = {k: statistics.median(v) for k, v in ms.items()}
     print(json.dumps({"machine": machine.describe(),
                       "date": time.strftime("%Y-%m-%d"), "batch": args.batch, "fill": args.fill,
-                      "cache": args.cache, "kv_cache_dtype": args.kv_cache_dtype or "compute", "old_ms_per_step": med["old"], "new_ms_per_step": med["new"],
+                      "cache": args.cache, "kv_cache_dtype": args.kv_cache_dtype or "compute",
+                      "old_ms_per_step": med["old"], "new_ms_per_step": med["new"],
                       "new_over_old": med["new"] / med["old"], "runs": ms}))
     return 0
 

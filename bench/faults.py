@@ -98,7 +98,7 @@ def drill_checkpoint(tmp: str) -> dict:
 
 def _run_grpo_with(fault, tmp: str, name: str, cap: Captured) -> tuple[dict, float]:
     """Run tiny GRPO in this thread while `fault(stop_event)` runs in another."""
-    from reterm_jax.train.grpo import train
+    from reterm_jax.rl.grpo.loop import train
     done = threading.Event()
     t = threading.Thread(target=fault, args=(done,), daemon=True)
     t.start()
@@ -148,7 +148,7 @@ def drill_killed_sandbox(tmp: str, cap: Captured) -> dict:
     killed: list[str] = []
 
     def fault(done):
-        from reterm_jax.rl.failure_bank import IMAGE_REPO
+        from reterm_jax.rl.grpo.failure_bank import IMAGE_REPO
         from reterm_jax.sandbox import get_client, labels
         sel = labels.managed_filter(labels.KIND_CONTAINER, **{labels.RUN_ID: labels.run_id()})
         while not done.is_set() and not killed:
@@ -183,9 +183,9 @@ def drill_disk_limit(tmp: str, cap: Captured) -> dict:
     import dataclasses
 
     from reterm_jax.data import load_tokenizer
-    from reterm_jax.rl import harness
-    from reterm_jax.rl.harness import Limits, bash_call_xml, initial_messages
-    from reterm_jax.rl.rollout import run_episodes
+    from reterm_jax.rl.agent import harness
+    from reterm_jax.rl.agent.harness import Limits, bash_call_xml, initial_messages
+    from reterm_jax.rl.agent.rollout import run_episodes
     from reterm_jax.sandbox import DockerSandbox, load_task, verify
     from reterm_jax.sandbox.sandbox import Limits as SandboxLimits
     sys.path.insert(0, os.path.join(ROOT, "tests"))

@@ -70,8 +70,8 @@ from reterm_jax.model.deltanet import set_delta_group_tokens  # noqa: E402
 from reterm_jax.model.hf_io import abstract_model  # noqa: E402
 from reterm_jax.parallel.mesh import make_mesh  # noqa: E402
 from reterm_jax.parallel.rules import state_shardings  # noqa: E402
-from reterm_jax.rl.sampler import Sampler  # noqa: E402
-from reterm_jax.rl.sampling import SamplingParams  # noqa: E402
+from reterm_jax.rl.inference.sampler import Sampler  # noqa: E402
+from reterm_jax.rl.inference.sampling import SamplingParams  # noqa: E402
 from reterm_jax.train import flops  # noqa: E402
 from reterm_jax.train.optimizer import make_optimizer  # noqa: E402
 from reterm_jax.train.state import create_train_state, remat_policy, train_state_shardings  # noqa: E402

@@ -1,4 +1,4 @@
-"""GRPO rollouts per second, old vs new: the producer of `train/grpo.py` (`RecoveryProducer.produce`:
+"""GRPO rollouts per second, old vs new: the producer of `rl/grpo/loop.py` (`RecoveryProducer.produce`:
 branch G sandboxes from a banked failure state, run the G recovery attempts, verify each, close)
 under several rollout settings, or code versions, on the same failure states, keys and policy, in
 one run.
@@ -75,9 +75,9 @@ def serve(args) -> int:
     import jax
 
     from reterm_jax.data import load_tokenizer
-    from reterm_jax.rl.failure_bank import FailureBank
-    from reterm_jax.rl.harness import Limits
-    from reterm_jax.rl.recovery import RecoveryConfig, RecoveryProducer
+    from reterm_jax.rl.grpo.failure_bank import FailureBank
+    from reterm_jax.rl.agent.harness import Limits
+    from reterm_jax.rl.grpo.recovery import RecoveryConfig, RecoveryProducer
     from reterm_jax.sandbox import load_task
     from reterm_jax.sandbox.pool import SandboxPool
     from rl_test_utils import tiny_sampler
@@ -153,7 +153,7 @@ def main() -> int:
     if args.serve:
         return serve(args)
     sys.path.insert(0, ROOT)
-    from reterm_jax.rl.rollout import ENGINES, VERIFY_MODES
+    from reterm_jax.rl.agent.rollout import ENGINES, VERIFY_MODES
     setups = {}
     if args.old:
         if not os.path.isdir(os.path.join(args.old, "reterm_jax")):
@@ -165,7 +165,8 @@ def main() -> int:
             raise SystemExit(f"--setups {item!r}: use ENGINE:VERIFY[:prefetch] with ENGINE in {ENGINES}, "
                              f"VERIFY in {VERIFY_MODES}")
         setups[item] = os.path.abspath(ROOT)
-    common = ["--group_size", str(args.group_size), "--block", str(args.block), "--policy", args.policy, "--turn_tokens", str(args.turn_tokens)]
+    common = ["--group_size", str(args.group_size), "--block", str(args.block), "--policy", args.policy,
+              "--turn_tokens", str(args.turn_tokens)]
     workers = {name: subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", "--setup", name,
                                        "--root", root] + common, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       text=True, bufsize=1)

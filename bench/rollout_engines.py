@@ -1,5 +1,5 @@
-"""Rollout engines side by side with real Docker: lockstep (rl/rollout.py) vs continuous batching
-over slots (rl/continuous.py), trajectories per second on the same tasks, seeds and policy.
+"""Rollout engines side by side with real Docker: lockstep (rl/agent/rollout.py) vs continuous batching
+over slots (rl/agent/continuous.py), trajectories per second on the same tasks, seeds and policy.
 
 Each round starts `groups` x G sandboxes from the bundled tasks (G per task, as GRPO's groups),
 then runs all of them through one engine, verification included, and times only the engine (the
@@ -34,10 +34,10 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "tests"), os.path.dirname(os.path.abspa
 import jax  # noqa: E402
 
 from reterm_jax.data import load_tokenizer  # noqa: E402
-from reterm_jax.rl.continuous import run_continuous  # noqa: E402
-from reterm_jax.rl.harness import Limits, initial_messages  # noqa: E402
-from reterm_jax.rl.rollout import run_episodes  # noqa: E402
-from reterm_jax.rl.sampling import SamplingParams  # noqa: E402
+from reterm_jax.rl.agent.continuous import run_continuous  # noqa: E402
+from reterm_jax.rl.agent.harness import Limits, initial_messages  # noqa: E402
+from reterm_jax.rl.agent.rollout import run_episodes  # noqa: E402
+from reterm_jax.rl.inference.sampling import SamplingParams  # noqa: E402
 from reterm_jax.sandbox import DockerSandbox, load_task, verify  # noqa: E402
 from reterm_jax.sandbox.pool import SandboxPool  # noqa: E402
 from reterm_jax.sandbox.snapshots import start_sandboxes  # noqa: E402

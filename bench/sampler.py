@@ -41,8 +41,8 @@ from transformers import Qwen3_5TextConfig  # noqa: E402
 from model_test_utils import load_hf_weights  # noqa: E402
 from reterm_jax.model.config import LINEAR_ATTENTION, Qwen3_5Config  # noqa: E402
 from reterm_jax.model.decoder import Qwen3_5ForCausalLM  # noqa: E402
-from reterm_jax.rl.sampler import Sampler  # noqa: E402
-from reterm_jax.rl.sampling import SamplingParams  # noqa: E402
+from reterm_jax.rl.inference.sampler import Sampler  # noqa: E402
+from reterm_jax.rl.inference.sampling import SamplingParams  # noqa: E402
 
 GREEDY = SamplingParams(0.0)
 

@@ -1,7 +1,7 @@
 """The scripted policy of the rollout benchmarks: turns of varied length that run real commands in
 the sandbox (1-4 commands an attempt, then a final answer), deterministic per episode, so every
 engine and setting produces the same trajectories and only the scheduling differs."""
-from reterm_jax.rl.harness import bash_call_xml
+from reterm_jax.rl.agent.harness import bash_call_xml
 
 COMMANDS = ["ls -la /app", "find /app -maxdepth 2 -type f | head -20", "wc -c /app/* 2>/dev/null | tail -3",
             "cat /app/*.txt 2>/dev/null | head -15", "sleep 0.3; date"]

@@ -16,7 +16,7 @@
 # CPU only; ~30-35 minutes on 2 cores. W = $WORKDIR (default runs/quickstart). Extra arguments go
 # to the train command, e.g. `bash launch/quickstart.sh --config.train.steps=10`.
 # A real learning measurement (64 held-out tasks, a compute-matched control, intervals) is
-# bench/learning_run.py (docs/learning.md).
+# experiments/learning/learning_run.py (docs/learning.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 W="${WORKDIR:-runs/quickstart}"

@@ -24,18 +24,15 @@ import warnings
 from absl import app, flags
 from absl import logging as absl_logging
 
+from reterm_jax.errors import UserError
+
 FLAGS = flags.FLAGS
 USAGE_EXIT = 2
 HELP_FLAGS = ("--help", "-h", "-?", "--helpshort", "--helpfull")
 OVERRIDES_HELP = ("Any config field can be set on the command line: --config.<section>.<field>=value, e.g. "
                   "--config.train.steps=50 --config.mesh.tensor=4. The fields, their defaults and what they "
-                  "mean are the config file's (configs/sft.py, configs/grpo.py, configs/eval.py).")
+                  "mean are the presets' (reterm_jax/presets/sft.py, grpo.py, eval.py; configs/*.py name them).")
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-class UserError(ValueError):
-    """A mistake in what the user typed (a flag, a config value, a path). The message is one line
-    that names it and says the fix; the command line prints it and exits 2."""
 
 
 def fail(message: str) -> None:

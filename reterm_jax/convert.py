@@ -27,7 +27,8 @@ from absl import flags, logging
 from flax import nnx
 
 from reterm_jax import cli
-from reterm_jax.cli import UserError
+from reterm_jax.errors import UserError
+from reterm_jax.train.checkpointing import PARAMS_ITEM, find_params_dir
 
 FLAGS = flags.FLAGS
 
@@ -48,7 +49,6 @@ def define_flags() -> None:
     flags.DEFINE_string("mesh", None, "Optional 'data,fsdp,tensor' sizes to shard params over, e.g. 1,-1,1.")
 
 
-PARAMS_ITEM = "params"
 INFO_FILE = "reterm_convert.json"
 
 
@@ -71,24 +71,6 @@ def hf_to_orbax(hf_dir: str, out_dir: str, *, param_dtype=jnp.float32, mesh=None
         with open(os.path.join(out_dir, INFO_FILE), "w") as fh:
             json.dump(info, fh, indent=2)
     return params_dir
-
-
-def find_params_dir(checkpoint: str) -> str:
-    """`checkpoint` itself, its `params/`, or `<latest step>/params` of a CheckpointManager dir."""
-    if not os.path.isdir(checkpoint):
-        raise FileNotFoundError(f"--checkpoint {checkpoint!r} does not exist or is not a directory")
-    if os.path.exists(os.path.join(checkpoint, "_CHECKPOINT_METADATA")) and \
-            not os.path.isdir(os.path.join(checkpoint, PARAMS_ITEM)):
-        return checkpoint
-    if os.path.isdir(os.path.join(checkpoint, PARAMS_ITEM)):
-        return os.path.join(checkpoint, PARAMS_ITEM)
-    steps = sorted((int(d) for d in os.listdir(checkpoint) if d.isdigit()), reverse=True)
-    for step in steps:
-        cand = os.path.join(checkpoint, str(step), PARAMS_ITEM)
-        if os.path.isdir(cand):
-            return cand
-    raise FileNotFoundError(f"{checkpoint}: no orbax params found (looked for params/ and "
-                            "<step>/params/); pass a dir written by --to=orbax or a training run")
 
 
 def restore_model(checkpoint: str, *, config_dir: str | None = None, mesh=None, rules=None):

@@ -1,6 +1,6 @@
 """`python -m reterm_jax.evaluate --config=configs/eval.py[:preset] --tasks=DIR [--out=FILE]`
 
-Pass@1, Retry@k and Recovery@k (reterm_jax.rl.evaluation) for one policy over a directory of
+Pass@1, Retry@k and Recovery@k (reterm_jax.rl.evaluation.protocols) for one policy over a directory of
 task dirs (or one task dir). Trials run in parallel on a SandboxPool (`config.jobs`), with a
 progress bar; the results JSON (docs/evaluate.md) goes to --out (default <workdir>/results.json)
 and a summary table is printed. A task dir that does not load, or whose trials break, is a failed
@@ -18,8 +18,8 @@ from absl import flags, logging
 from ml_collections import config_flags
 
 from reterm_jax import cli
-from reterm_jax.cli import UserError
-from reterm_jax.rl import evaluation
+from reterm_jax.errors import UserError
+from reterm_jax.rl.evaluation import protocols as evaluation
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/eval.py", "configs/eval.py[:tiny|qwen3_5_9b]",
                                           lock_config=True)
@@ -54,10 +54,10 @@ def build_model_policy(config):
     from reterm_jax.data import load_tokenizer, special_ids
     from reterm_jax.data.tokenizer import QWEN3_5_VOCAB, resolve_tokenizer
     from reterm_jax.model import Qwen3_5Config
-    from reterm_jax.rl.harness import Limits
-    from reterm_jax.rl.policies import ModelPolicy
-    from reterm_jax.rl.sampler import Sampler
-    from reterm_jax.rl.sampling import SamplingParams
+    from reterm_jax.rl.agent.harness import Limits
+    from reterm_jax.rl.evaluation.policies import ModelPolicy
+    from reterm_jax.rl.inference.sampler import Sampler
+    from reterm_jax.rl.inference.sampling import SamplingParams
 
     m = config.model
     vocab = (Qwen3_5Config.from_hf_dir(m.hf_path).vocab_size if m.hf_path
@@ -81,7 +81,7 @@ def build_model_policy(config):
 
 
 def make_policy(config):
-    from reterm_jax.rl import policies
+    from reterm_jax.rl.evaluation import policies
     if config.policy in policies.SCRIPTED:
         return policies.SCRIPTED[config.policy]
     if config.policy == "model":
@@ -100,7 +100,7 @@ def protocol_names(config) -> list[str]:
 
 def check_config(config) -> None:
     """What the user typed, checked before any model loads or sandbox starts (one-line UserError)."""
-    from reterm_jax.rl import policies
+    from reterm_jax.rl.evaluation import policies
     if config.policy not in (*policies.SCRIPTED, "model"):
         raise UserError(f"--config.policy={config.policy!r}: use model, {', '.join(policies.SCRIPTED)}")
     protocol_names(config)

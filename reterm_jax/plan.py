@@ -27,7 +27,7 @@ import optax
 from flax import nnx
 from ml_collections import config_flags
 
-from reterm_jax.cli import UserError
+from reterm_jax.errors import UserError
 from reterm_jax.model.config import FULL_ATTENTION, Qwen3_5Config
 from reterm_jax.model.hf_io import abstract_model
 from reterm_jax.parallel.mesh import MESH_AXES, resolve_mesh_shape
@@ -35,18 +35,10 @@ from reterm_jax.parallel.presets import apply_preset
 from reterm_jax.model.delta_rule import GROUP_TOKENS
 from reterm_jax.model.scan import block_period
 from reterm_jax.parallel.rules import LOGICAL_RULES, logical_to_spec, variable_axes
+from reterm_jax.plan_common import memory_stats, plan_model_config, worker_rows
 
 HBM = {"h200": 141e9, "h100": 80e9, "tpu_v5p": 95e9, "tpu_v5e": 16e9, "tpu_v6e": 32e9, "tpu_v4": 32e9}
 GB = 1e9
-
-
-def plan_model_config(model_cfg) -> Qwen3_5Config:
-    """The `model` config's Qwen3_5Config; the 9B preset needs no checkpoint to be planned."""
-    if model_cfg.hf_path:
-        return Qwen3_5Config.from_hf_dir(model_cfg.hf_path)
-    if model_cfg.preset == "qwen3_5_9b":
-        return Qwen3_5Config.qwen3_5_9b()
-    return Qwen3_5Config.tiny(**dict(model_cfg.get("overrides", {})))
 
 
 def _mesh_sizes(cfg, n_devices: int) -> dict:
@@ -74,12 +66,6 @@ def train_view(cfg):
         c.data = ml_collections.ConfigDict(dict(seq_len=int(cfg.train.seq_len)))
         c.train.batch_size = int(cfg.stream.groups_per_step * cfg.rollout.group_size)
     return c
-
-
-def worker_rows(cfg) -> int:
-    """Rows one worker's sampler holds: a group (G rows) or a bank-filling batch
-    (rollout.collect_batch), whichever is larger."""
-    return max(cfg.rollout.group_size, cfg.rollout.collect_batch)
 
 
 def grpo_rollout_rows(cfg) -> int:
@@ -152,7 +138,7 @@ def estimate(cfg, n_devices: int, *, rollout_batch: int = 0, rollout_len: int = 
         # Beside the train state on the same devices: the PolicyStore's published copy of the
         # params (same sharding, in rollout.param_dtype: what the samplers read), the frozen
         # reference when kl_coef > 0, and the samplers' caches: each worker's rows split over
-        # data x fsdp (as far as they divide) and K/V heads over tensor (rl/sampler.py).
+        # data x fsdp (as far as they divide) and K/V heads over tensor (rl/inference/sampler.py).
         inference = jnp.dtype(cfg.rollout.get("param_dtype") or param_dtype)
         whole = sizes["fsdp"] if cfg.rollout.get("weights_sharding", "train") == "tensor" else 1  # "embed" whole
         out["policy_copy"] = param_bytes * inference.itemsize / param_dtype.itemsize * whole
@@ -337,8 +323,8 @@ def aot_compile(cfg, scan_layers: bool = True) -> dict:
     shape = (cfg.train.batch_size, cfg.data.seq_len)
     args = ()
     if cfg.get("mode") == "grpo":  # the GRPO step on its rows (train_view), the reference when kl > 0
-        from reterm_jax.train.grpo_step import BATCH_KEYS as GRPO_KEYS
-        from reterm_jax.train.grpo_step import make_grpo_step
+        from reterm_jax.rl.grpo.step import BATCH_KEYS as GRPO_KEYS
+        from reterm_jax.rl.grpo.step import make_grpo_step
         floats = ("loss_mask", "old_logprobs", "advantages", "weights")
         batch = {k: jax.ShapeDtypeStruct(shape, jnp.float32 if k in floats else jnp.int32,
                                          sharding=batch_sharding(mesh)) for k in GRPO_KEYS}
@@ -359,14 +345,6 @@ def aot_compile(cfg, scan_layers: bool = True) -> dict:
     t2 = time.perf_counter()
     return dict(memory_stats(compiled), lower_s=t1 - t0, compile_s=t2 - t1, devices=mesh.size,
                 scan_layers=scan_layers)
-
-
-def memory_stats(compiled) -> dict:
-    """XLA's memory_analysis() of a compiled program as a dict of ints."""
-    ma = compiled.memory_analysis()
-    fields = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes", "temp_size_in_bytes",
-              "generated_code_size_in_bytes")
-    return {k: int(getattr(ma, k)) for k in fields}
 
 
 # How `--compile` models an accelerator's memory for the samplers on XLA:CPU. XLA:CPU has no bf16
@@ -466,7 +444,8 @@ def report(cfg, n_devices: int, est: dict, hbm: float, compiled: dict | None = N
                   f"{how}):",
                   f"  arguments        {gb(compiled['argument_size_in_bytes'])}   estimate {gb(args_est)}  "
                   f"ratio {compiled['argument_size_in_bytes'] / args_est:.3f}",
-                  f"  outputs          {gb(compiled['output_size_in_bytes'])}   (aliased {compiled['alias_size_in_bytes'] / GB:.2f} GB: donated state)",
+                  f"  outputs          {gb(compiled['output_size_in_bytes'])}   "
+                  f"(aliased {compiled['alias_size_in_bytes'] / GB:.2f} GB: donated state)",
                   f"  temp             {gb(compiled['temp_size_in_bytes'])}   estimate {gb(temp_est)}  "
                   f"ratio {compiled['temp_size_in_bytes'] / temp_est:.3f}",
                   f"  generated code   {gb(compiled['generated_code_size_in_bytes'])}"]

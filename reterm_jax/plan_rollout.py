@@ -1,7 +1,7 @@
 """The GRPO rollout side on the target mesh: one worker's sampler, compiled ahead of time.
 
 `aot_compile_rollout(cfg)` builds the sampler of configs/grpo.py on the trainer's mesh (what
-train/grpo.py does on one process: rows over data x fsdp, K/V heads and DeltaNet heads over
+rl/grpo/loop.py does on one process: rows over data x fsdp, K/V heads and DeltaNet heads over
 tensor, weights in `rollout.param_dtype`), with abstract weights and an abstract state of one
 worker's rows at `rollout.cache_length`, and compiles its two programs for the current (fake)
 devices: a decode loop (`Sampler.generate`) and one prefill chunk (`Sampler.extend`, the
@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from reterm_jax.plan import memory_stats, plan_model_config, worker_rows
+from reterm_jax.plan_common import memory_stats, plan_model_config, worker_rows
 
 COLLECTIVE = re.compile(r"\b(all-gather|all-reduce|all-to-all|collective-permute|reduce-scatter)(-start)?\(")
 GB = 1e9
@@ -34,13 +34,13 @@ def _abstract_sampler(cfg, mesh):
     from reterm_jax.model.hf_io import abstract_model
     from reterm_jax.parallel.rules import sampler_weight_rules
     from reterm_jax.parallel.rules import state_shardings as param_state_shardings
-    from reterm_jax.rl.sampler import PREFILL_CHUNK, Sampler
+    from reterm_jax.rl.inference.sampler import PREFILL_CHUNK, Sampler
 
     config = plan_model_config(cfg.model)
     model = abstract_model(config, jnp.dtype(cfg.model.dtype), jnp.dtype(cfg.model.param_dtype))
     set_attention_impl(model, cfg.model.get("attention_impl", "auto"))
     graphdef, params = nnx.split(model)
-    # the published copy's layout (train/grpo.py: PolicyStore(shardings=weight_shardings(...)))
+    # the published copy's layout (rl/grpo/loop.py: PolicyStore(shardings=weight_shardings(...)))
     shardings = param_state_shardings(params, mesh, sampler_weight_rules(cfg.rollout.get("weights_sharding", "train")))
     params = jax.tree.map(lambda v, s: v.replace(jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=s)), params,
                           shardings, is_leaf=lambda x: isinstance(x, nnx.Variable))
@@ -66,8 +66,8 @@ def _per_device_bytes(tree) -> int:
 
 def aot_compile_rollout(cfg) -> dict:
     from reterm_jax.parallel.mesh import make_mesh
-    from reterm_jax.rl.sampler import state_shardings
-    from reterm_jax.rl.sampling import SamplingParams
+    from reterm_jax.rl.inference.sampler import state_shardings
+    from reterm_jax.rl.inference.sampling import SamplingParams
 
     mesh = make_mesh(**cfg.mesh)
     sampler = _abstract_sampler(cfg, mesh)

@@ -4,7 +4,7 @@ from flax import nnx
 
 from reterm_jax.data import special_ids
 from reterm_jax.model import Qwen3_5Config, Qwen3_5ForCausalLM
-from reterm_jax.rl.sampler import Sampler
+from reterm_jax.rl.inference.sampler import Sampler
 
 
 def tiny_sampler(tok, max_length: int, model=None) -> Sampler:

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from reterm_jax.assets.build_demo_dataset import RETRY_PROMPT
-from reterm_jax.rl.harness import SYSTEM_PROMPT, format_observation
+from reterm_jax.rl.agent.harness import SYSTEM_PROMPT, format_observation
 from reterm_jax.tasks.bank_demos import attempt_history, parse_end_reasons
 
 HEAD = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "Do the task."}]
@@ -71,8 +71,8 @@ def test_rows_from_a_banked_own_failure(docker_client, tmp_path):
     from reterm_jax.data.chat import encode_example
     from reterm_jax.data.schema import validate_rows
     from reterm_jax.data.tokenizer import load_tokenizer
-    from reterm_jax.rl.failure_bank import FailureBank
-    from reterm_jax.rl.trajectory import Trajectory
+    from reterm_jax.rl.grpo.failure_bank import FailureBank
+    from reterm_jax.rl.agent.trajectory import Trajectory
     from reterm_jax.sandbox import DockerSandbox, load_task, verify
     from reterm_jax.tasks.bank_demos import bank_demos
     from reterm_jax.tasks.families import FAMILIES

@@ -108,3 +108,20 @@ def test_the_printed_resume_command_keeps_a_glob_quoted():
     assert "'--config.env.tasks=gen/train/*'" in command  # quoted: a shell passes the glob on unexpanded
     assert shlex.split(command) == ["python", "-m", "reterm_jax.train", "--config=configs/grpo.py",
                                     "--config.env.tasks=gen/train/*", "--workdir=/tmp/w"]
+
+
+def test_a_second_trainer_on_a_workdir_in_use_gets_one_line(tmp_path):
+    """A FailureBank holds <workdir>/failure_bank/.lock while its trainer runs; a second trainer
+    started on that workdir stops before loading a model, with one line naming the workdir."""
+    import fcntl
+    bank = tmp_path / "w" / "failure_bank"
+    bank.mkdir(parents=True)
+    with open(bank / ".lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what the first trainer's FailureBank holds
+        proc = run("reterm_jax.train", "--config=configs/grpo.py", f"--workdir={tmp_path / 'w'}")
+    errors = [line for line in proc.stderr.strip().splitlines() if line.startswith("error: ")]
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and proc.stderr.strip().endswith(errors[-1]), proc.stderr[-2000:]
+    assert len(errors) == 1 and str(tmp_path / "w") in errors[0], errors  # the run's "mode grpo" note comes first
+    assert "in use by another trainer" in errors[0] and "another --workdir" in errors[0]
+    assert not (tmp_path / "w" / "checkpoints").exists()  # nothing was started

@@ -22,7 +22,8 @@ def good_row(i=0, **overrides):
             {"role": "assistant", "content": "Done."},
             {"role": "user", "content": "The previous attempt failed. The environment was not reset."},
             {"role": "assistant", "content": "Fixing the path.", "tool_calls": [
-                {"id": "c2", "type": "function", "function": {"name": "bash", "arguments": {"command": f"echo {i} > /app/out.txt", "timeout": 30}}}]},
+                {"id": "c2", "type": "function", "function": {"name": "bash",
+                                                               "arguments": {"command": f"echo {i} > /app/out.txt", "timeout": 30}}}]},
             {"role": "tool", "content": ""},
             {"role": "assistant", "content": "Done."},
         ],

@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from reterm_jax.rl import evaluation, harness, policies
+from reterm_jax.rl.evaluation import protocols as evaluation
+from reterm_jax.rl.agent import harness
+from reterm_jax.rl.agent import scripted
+from reterm_jax.rl.evaluation import policies
 from reterm_jax.sandbox import DockerSandbox, load_task, verify
 
 pytestmark = pytest.mark.docker
@@ -101,7 +104,7 @@ def test_fault_then_oracle_recovers_from_the_damaged_state(docker_client, name):
     # Memory is kept: the failed attempt's messages, then the retry turn is added by the policy.
     history = probe.histories[1]
     assert probe.histories[0] is None and history[1]["content"] == task.instruction
-    assert history[-1] == {"role": "assistant", "content": policies.DONE_CLAIM}
+    assert history[-1] == {"role": "assistant", "content": scripted.DONE_CLAIM}
     assert [m["role"] for m in history].count("tool") == len(task.fault_commands)
 
 
@@ -161,7 +164,7 @@ def test_recovery_attempt_messages_open_with_the_retry_turn(docker_client):
     n = len(first.messages)
     assert second.messages[:n] == first.messages
     assert second.messages[n] == {"role": "user", "content": harness.RETRY_PROMPT}
-    assert second.messages[-1]["content"] == policies.DONE_CLAIM and second.end_reason == harness.COMPLETED
+    assert second.messages[-1]["content"] == scripted.DONE_CLAIM and second.end_reason == harness.COMPLETED
 
 
 def test_model_policy_smoke_cli(docker_client, tmp_path):
@@ -188,7 +191,7 @@ def test_model_recovery_attempts_continue_the_exact_tokens(docker_client):
     import eval as eval_config
 
     from reterm_jax.evaluate import build_model_policy
-    from reterm_jax.rl.recovery import continuation_prompt
+    from reterm_jax.rl.agent.turns import continuation_prompt
     c = eval_config.get_config("tiny")
     c.policy = "model"
     c.limits.max_turns, c.limits.max_new_tokens_per_turn, c.limits.max_tokens = 1, 12, 3800

@@ -11,8 +11,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from reterm_jax.rl.failure_bank import FailureBank, FailureBankError, prune_victims
-from reterm_jax.rl.trajectory import Trajectory
+from reterm_jax.rl.grpo.failure_bank import FailureBank, FailureBankError, prune_victims
+from reterm_jax.rl.agent.trajectory import Trajectory
 from reterm_jax.sandbox import DockerSandbox, labels, load_task, reap, verify
 
 REPO = Path(__file__).resolve().parents[1]
@@ -126,7 +126,7 @@ def test_the_verifiers_snapshot_is_the_banked_image(bank_dirs, failed_sandbox, g
     """bank.snapshot + verify(snapshot=) + add(snapshot=): the failure state is committed once,
     verified on a clone of that image, and the entry keeps the very image; a passing state's
     snapshot is deleted on release; a snapshot the bank did not make is refused."""
-    import reterm_jax.rl.failure_bank as fb
+    import reterm_jax.rl.grpo.failure_bank as fb
     import reterm_jax.sandbox.snapshots as snapshots
     commits = []
 
@@ -165,8 +165,8 @@ def test_the_verifiers_snapshot_is_the_banked_image(bank_dirs, failed_sandbox, g
 
 _CRASHING_RUN = textwrap.dedent("""
     import os, sys
-    from reterm_jax.rl.failure_bank import FailureBank
-    from reterm_jax.rl.trajectory import Trajectory
+    from reterm_jax.rl.grpo.failure_bank import FailureBank
+    from reterm_jax.rl.agent.trajectory import Trajectory
     from reterm_jax.sandbox import DockerSandbox, load_task
     task = load_task(sys.argv[2])
     sb = DockerSandbox.from_task(task)
@@ -258,7 +258,7 @@ def test_an_image_removed_behind_the_banks_back_drops_its_entry(
     gone, kept = _add(bank, failed_sandbox, greeting, 1), _add(bank, failed_sandbox, greeting, 2)
     bank.close()
     docker_client.images.remove(gone.image)
-    with caplog.at_level(logging.WARNING, logger="reterm_jax.rl.failure_bank"):
+    with caplog.at_level(logging.WARNING, logger="reterm_jax.rl.grpo.failure_bank"):
         bank = bank_dirs()
     assert bank.entry_ids() == [kept.entry_id]
     assert gone.entry_id in caplog.text and "gone" in caplog.text

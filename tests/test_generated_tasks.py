@@ -122,7 +122,7 @@ def test_english_word_splits_are_disjoint_and_share_no_letters_run_with_any_pool
 def test_token_words_are_the_tokenizers_own_and_cover_it():
     """The `tokens` split's words are exactly the tiny tokenizer's lower-case tokens of 2+ letters
     (minus pool letter runs and three keys), each written as one token, so its names make a model
-    write tokens English words never produce (docs/learning.md, run 32)."""
+    write tokens English words never produce (experiments/learning/notebook.md, run 32)."""
     import random
 
     from reterm_jax.data.tokenizer import load_tokenizer
@@ -199,7 +199,7 @@ def test_the_tiny_presets_turn_fits_every_oracle_command(splits):
 
     from reterm_jax.data import load_tokenizer
     from reterm_jax.data.chat import _tool_calls_text
-    from reterm_jax.rl.policies import split_commands
+    from reterm_jax.rl.agent.scripted import split_commands
     tok = load_tokenizer()
     opening = "Let me look at the state the failed attempt left behind."
     longest = 0

@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from reterm_jax.rl import grpo_loss
-from reterm_jax.rl.grpo_loss import group_advantages, group_has_signal, kl_k3, overlong_shaping, token_entropy_sum
+from reterm_jax.rl.grpo import loss as grpo_loss
+from reterm_jax.rl.grpo.loss import group_advantages, group_has_signal, kl_k3, overlong_shaping, token_entropy_sum
 
 # Jitted, as the trainer uses it (and one compiled call is faster than eager op-by-op dispatch).
 ppo_loss_sums = jax.jit(grpo_loss.ppo_loss_sums,

@@ -1,5 +1,5 @@
 """The recovery context GRPO samples from is the context Recovery SFT trained on, token for token:
-for every bundled demo row, the rendered failed attempt (rl.recovery.rendered_failure_tokens) +
+for every bundled demo row, the rendered failed attempt (rl.grpo.bank_fill.rendered_failure_tokens) +
 the retry turn is a prefix of the SFT example's tokens, equal to them up to the first target token;
 the rest is the `<think>` opening, which the harness puts in the generation prompt and SFT trains on.
 Checked with the tiny tokenizer and with the real Qwen3.5 one (its own pre-tokenizer)."""
@@ -11,8 +11,8 @@ import pytest
 from reterm_jax.data import load_tokenizer
 from reterm_jax.data.chat import BASH_TOOL, encode_example
 from reterm_jax.data.tokenizer import QWEN3_5, TINY_TOKENIZER_DIR
-from reterm_jax.rl import harness
-from reterm_jax.rl.recovery import rendered_failure_tokens
+from reterm_jax.rl.agent import harness
+from reterm_jax.rl.grpo.bank_fill import rendered_failure_tokens
 
 DEMO = "reterm_jax/assets/demo/reterm_demo.jsonl"
 
@@ -36,8 +36,8 @@ def test_recovery_prompt_equals_the_sft_context_of_every_demo_row(tokenizer):
 
 
 def test_partial_credit_ranks_failed_attempts_below_any_resolved_one():
-    from reterm_jax.rl.recovery import RecoveryConfig, member_reward
-    from reterm_jax.rl.trajectory import Trajectory
+    from reterm_jax.rl.grpo.recovery import RecoveryConfig, member_reward
+    from reterm_jax.rl.agent.trajectory import Trajectory
 
     def traj(reward, partial=None):
         return Trajectory(task_id="t", episode_id="e", messages=[], reward=reward, resolved=reward >= 1.0,
@@ -55,8 +55,8 @@ def test_partial_credit_ranks_failed_attempts_below_any_resolved_one():
 
 
 def test_a_bad_partial_credit_is_a_user_error():
-    from reterm_jax.cli import UserError
-    from reterm_jax.train.grpo import check_config
+    from reterm_jax.errors import UserError
+    from reterm_jax.rl.grpo.loop import check_config
     from test_grpo_train import synthetic_config
     c = synthetic_config(1)
     c.rollout.partial_credit = 0.5

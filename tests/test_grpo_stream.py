@@ -16,16 +16,16 @@ from flax import nnx
 
 from reterm_jax.data import load_tokenizer, special_ids
 from reterm_jax.model import Qwen3_5Config, Qwen3_5ForCausalLM
-from reterm_jax.rl import harness
-from reterm_jax.rl.groups import BATCH_KEYS, Group, groups_to_batch
-from reterm_jax.rl.harness import Limits, bash_call_xml, initial_messages
-from reterm_jax.rl.policy_store import PolicyStore
-from reterm_jax.rl.rollout import run_episodes
-from reterm_jax.rl.sampler import Sampler
-from reterm_jax.rl.sampling import SamplingParams, token_logprobs
-from reterm_jax.rl.stream import GroupStream, StreamConfig, assess
-from reterm_jax.rl.trajectory import Trajectory
-from reterm_jax.rl.workers import RolloutWorkers, SyntheticProducer, match_fraction, sampler_with
+from reterm_jax.rl.agent import harness
+from reterm_jax.rl.grpo.groups import BATCH_KEYS, Group, groups_to_batch
+from reterm_jax.rl.agent.harness import Limits, bash_call_xml, initial_messages
+from reterm_jax.rl.inference.policy_store import PolicyStore
+from reterm_jax.rl.agent.rollout import run_episodes
+from reterm_jax.rl.inference.sampler import Sampler
+from reterm_jax.rl.inference.sampling import SamplingParams, token_logprobs
+from reterm_jax.rl.grpo.stream import GroupStream, StreamConfig, assess
+from reterm_jax.rl.agent.trajectory import Trajectory
+from reterm_jax.rl.grpo.workers import RolloutWorkers, SyntheticProducer, match_fraction, sampler_with
 from rl_test_utils import tiny_sampler
 from test_rl_rollout import LocalShell
 
@@ -143,7 +143,7 @@ def test_dynamic_sampling_backfills_to_a_static_batch():
 
 
 def test_a_guided_member_trains_but_is_not_the_policys_reward():
-    """A teacher's member (Group.guided, rl/guidance.py) makes an all-fail group usable and trains
+    """A teacher's member (Group.guided, rl/grpo/guidance.py) makes an all-fail group usable and trains
     with the group's advantage like a sampled member, but the reward and pass-rate metrics are the
     policy's own attempts only; the stream counts the guided groups it used."""
     guided = make_group([0, 0, 0, 1])
@@ -184,7 +184,7 @@ class NoSignalProducer:
 def test_waiting_forever_for_signal_is_logged_and_ends_with_a_message(caplog):
     """max_pulls_per_step=0 used to pull for ever, silently, when no group had signal."""
     stream = GroupStream(NoSignalProducer(), cfg(max_pulls_per_step=0, max_wait_s=0.5, signal_note_s=0.15))
-    with caplog.at_level("WARNING", logger="reterm_jax.rl.stream"):
+    with caplog.at_level("WARNING", logger="reterm_jax.rl.grpo.stream"):
         with pytest.raises(RuntimeError, match=r"no batch after \d+ s \(stream.max_wait_s=0.5\): \d+ group\(s\) "
                                                r"pulled, 0 of 2 usable; \d+ had no signal"):
             next(iter(stream))
@@ -350,7 +350,7 @@ def test_a_group_that_outlives_stop_is_abandoned_quietly(caplog):
     workers = RolloutWorkers(Slow(), store).start()
     wait_until(lambda: workers.running, "a running worker")
     time.sleep(0.1)  # inside produce()
-    with caplog.at_level("INFO", logger="reterm_jax.rl.workers"):
+    with caplog.at_level("INFO", logger="reterm_jax.rl.grpo.workers"):
         assert not workers.stop(timeout=0.05)  # the group is still running
         release.set()
         wait_until(lambda: not any(t.is_alive() for t in workers._threads), "the worker ends")

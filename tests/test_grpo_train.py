@@ -14,8 +14,8 @@ from flax import nnx
 from reterm_jax.model.config import Qwen3_5Config
 from reterm_jax.model.decoder import Qwen3_5ForCausalLM
 from reterm_jax.parallel.mesh import make_mesh
-from reterm_jax.rl.sampling import SamplingParams
-from reterm_jax.train.grpo_step import accumulate_grpo_gradients, check_sampling, make_grpo_step
+from reterm_jax.rl.inference.sampling import SamplingParams
+from reterm_jax.rl.grpo.step import accumulate_grpo_gradients, check_sampling, make_grpo_step
 from reterm_jax.train.state import create_train_state, replicated, train_state_shardings
 from train_test_utils import ROOT, tb_scalars
 from xla_env import with_test_flags
@@ -140,7 +140,7 @@ def synthetic_config(steps: int):
 
 
 def test_grpo_raises_the_reward_of_a_synthetic_environment(tmp_path):
-    from reterm_jax.train import grpo
+    from reterm_jax.rl.grpo import loop as grpo
     steps = 24
     result = grpo.train(synthetic_config(steps), str(tmp_path / "run"))
     rewards = [result["rewards"][s] for s in range(1, steps + 1)]
@@ -154,7 +154,7 @@ def test_the_advantage_sign_decides_the_direction():
     """One step on trajectories of the target (A > 0) and of other tokens (A < 0) raises the
     target's log-prob; the same step with the advantages negated lowers it."""
     import optax
-    from reterm_jax.rl.sampling import token_logprobs
+    from reterm_jax.rl.inference.sampling import token_logprobs
     graphdef, params, _ = _model_and_batch()
     mesh = make_mesh()
     prompt, target, other = [3, 1, 4, 1, 5], [7, 7, 2, 9], [[11, 12, 13, 14], [20, 21, 22, 23], [30, 31, 32, 33]]
@@ -201,8 +201,8 @@ def _train_json(workdir, step):
 @pytest.mark.slow
 def test_grpo_on_sandboxes_checkpoints_and_resumes(docker_client, task_path, tmp_path):
     import grpo as grpo_config
-    from reterm_jax.rl.failure_bank import FailureBank
-    from reterm_jax.train import grpo
+    from reterm_jax.rl.grpo.failure_bank import FailureBank
+    from reterm_jax.rl.grpo import loop as grpo
     c = grpo_config.get_config("tiny")
     c.init.from_scratch = True      # a random tiny model: no SFT warm start needed
     _small_model(c)
@@ -245,7 +245,7 @@ def test_grpo_on_sandboxes_checkpoints_and_resumes(docker_client, task_path, tmp
 def test_presets_check_and_match_the_sft_model():
     import grpo as grpo_config
     import sft as sft_config
-    from reterm_jax.train.grpo import check_config
+    from reterm_jax.rl.grpo.loop import check_config
     for preset in ("tiny", "qwen3_5_9b"):
         c = grpo_config.get_config(preset)
         assert c.mode == "grpo"
@@ -292,8 +292,8 @@ def test_a_step_without_signal_changes_nothing(tmp_path, monkeypatch):
     (moments and the schedule's count), the update counter and the policy version exactly as
     step 1 left them, and be counted as skipped. Zero-gradient Adam steps would still move the
     params through the moments; that is what this catches."""
-    from reterm_jax.rl import workers as workers_mod
-    from reterm_jax.train import grpo
+    from reterm_jax.rl.grpo import workers as workers_mod
+    from reterm_jax.rl.grpo import loop as grpo
     from reterm_jax.train.checkpointing import Checkpointer
     from reterm_jax.train.optimizer import make_optimizer
     from reterm_jax.train.state import abstract_params, abstract_train_state, train_state_shardings
@@ -350,14 +350,14 @@ sys.path[:0] = [{tests!r}]
 import jax
 assert jax.device_count() == 4, jax.devices()
 import numpy as np
-import reterm_jax.rl.sampler as sampler_mod
+import reterm_jax.rl.inference.sampler as sampler_mod
 meshes = []
 _init = sampler_mod.Sampler.__init__
 def init(self, *a, **k):
     meshes.append(None if k.get("mesh") is None else dict(k["mesh"].shape))
     _init(self, *a, **k)
 sampler_mod.Sampler.__init__ = init
-from reterm_jax.rl.policy_store import PolicyStore
+from reterm_jax.rl.inference.policy_store import PolicyStore
 specs = set()
 _publish = PolicyStore.publish
 def publish(self, version, params):
@@ -365,7 +365,7 @@ def publish(self, version, params):
     specs.update(str(x.sharding.spec) for x in jax.tree.leaves(self.latest()[1]))
 PolicyStore.publish = publish
 from test_grpo_train import synthetic_config
-from reterm_jax.train import grpo
+from reterm_jax.rl.grpo import loop as grpo
 c = synthetic_config(2)
 c.mesh.data, c.mesh.fsdp, c.mesh.tensor = 1, 2, 2
 c.rollout.weights_sharding = "tensor"  # the 9B preset's: published split over tensor only

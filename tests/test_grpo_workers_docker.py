@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from reterm_jax.data import load_tokenizer, special_ids
-from reterm_jax.rl import harness
-from reterm_jax.rl.failure_bank import FailureBank
-from reterm_jax.rl.harness import Limits, bash_call_xml
-from reterm_jax.rl.policy_store import PolicyStore
-from reterm_jax.rl.stream import GroupStream, StreamConfig, assess
-from reterm_jax.rl.recovery import RecoveryConfig, RecoveryProducer
-from reterm_jax.rl.workers import RolloutWorkers
+from reterm_jax.rl.agent import harness
+from reterm_jax.rl.grpo.failure_bank import FailureBank
+from reterm_jax.rl.agent.harness import Limits, bash_call_xml
+from reterm_jax.rl.inference.policy_store import PolicyStore
+from reterm_jax.rl.grpo.stream import GroupStream, StreamConfig, assess
+from reterm_jax.rl.grpo.recovery import RecoveryConfig, RecoveryProducer
+from reterm_jax.rl.grpo.workers import RolloutWorkers
 from reterm_jax.sandbox import labels, load_task
 from rl_test_utils import tiny_sampler
 
@@ -54,7 +54,7 @@ def make_producer(bank, task, sampler, tok, script, engine="lockstep", verify="i
                                            ("continuous", "in_place")])
 def test_recovery_groups_from_a_bank_filled_by_a_failing_policy(bank, task_path, sampler, tok, engine, verify,
                                                                  monkeypatch):
-    import reterm_jax.rl.failure_bank as fb
+    import reterm_jax.rl.grpo.failure_bank as fb
     import reterm_jax.sandbox.snapshots as snapshots
     commits = []  # the real docker commits, counted by kind
 
@@ -134,7 +134,7 @@ def test_seeding_from_fault_commands_banks_the_scripted_failure_once(bank, task_
     """failures_from="fault_commands": the task's scripted fault attempt is run, verified (it
     fails) and banked with the rendered tokens; a second call (a resumed run) adds nothing; a
     recovery group from it is token-exact with the render of history + retry turn."""
-    from reterm_jax.rl.recovery import SCRIPTED_FAULT, rendered_failure_tokens
+    from reterm_jax.rl.grpo.bank_fill import SCRIPTED_FAULT, rendered_failure_tokens
     task = load_task(task_path("make_greeting"))
     cfg = RecoveryConfig(group_size=2, limits=Limits.tiny(max_new_tokens_per_turn=160, max_tokens=2048),
                          failures_from="fault_commands")
@@ -162,8 +162,8 @@ def test_teacher_guidance_replaces_a_failed_member_of_an_all_fail_group(bank, ta
     branch of the same state, teacher-forced through the policy's sampler (its tokens continue the
     same prompt, its log-probs are the policy's), is verified, and replaces the last member; the
     bank records the sampled outcomes only. With guide="off" the group stays all-fail."""
-    from reterm_jax.rl import guidance
-    from reterm_jax.rl.sampling import SamplingParams
+    from reterm_jax.rl.grpo import guidance
+    from reterm_jax.rl.inference.sampling import SamplingParams
     task = load_task(task_path("make_greeting"))
     limits = Limits.tiny(max_new_tokens_per_turn=160, max_tokens=2048)
     groups = {}
@@ -290,7 +290,7 @@ def test_prefetch_branches_the_next_group_while_this_one_runs(bank, task_path, s
                         real_branch(entry, n, **kw))
     first = producer.produce(1, None, jax.random.key(0))
     assert len(bank) == 2 and first.valid == [True, True]
-    entry, pending = producer._prefetch  # the bank's next entry, its branches started ahead
+    entry, pending = producer.prefetcher.held  # the bank's next entry, its branches started ahead
     assert entry.entry_id != first.failure_id and branched == [first.failure_id, entry.entry_id]
     ahead = pending.result()
     assert [docker_client.containers.get(sb.id).status for sb in ahead] == ["running", "running"]
@@ -303,14 +303,14 @@ def test_prefetch_branches_the_next_group_while_this_one_runs(bank, task_path, s
         with pytest.raises(Exception):
             docker_client.containers.get(sb.id)
     assert bank.state()["pos"] == cursor["pos"] + 1 or bank.state()["epoch"] == cursor["epoch"] + 1
-    held_id = producer._prefetch[0].entry_id
+    held_id = producer.prefetcher.held[0].entry_id
     if held_id == second.failure_id:  # the new epoch starts with the entry just run: drawn, not branched
-        assert producer._prefetch[1] is None and branched[2:] == []
+        assert producer.prefetcher.held[1] is None and branched[2:] == []
     # a worker closes what its producer started ahead when it stops: no pin, no container left
     store = PolicyStore(3, None)
     workers = RolloutWorkers(producer, store, queue_size=1).start()
     assert workers.get(timeout=120) is not None
     workers.stop()
-    assert producer._prefetch is None and bank.pinned() == set()
+    assert producer.prefetcher.held is None and bank.pinned() == set()
     mine = [f"{labels.KIND}={labels.KIND_CONTAINER}", f"{labels.OWNER}={labels.owner_id()}"]
     assert not docker_client.containers.list(all=True, filters={"label": mine})

@@ -1,4 +1,4 @@
-"""Teacher guidance (rl/guidance.py) without Docker: the teacher's turns are what the chat
+"""Teacher guidance (rl/grpo/guidance.py) without Docker: the teacher's turns are what the chat
 template renders for the demonstration rows (checked against transformers' template and SFT's
 own encoding), the rollout parser reads the oracle's commands back from them, and the member a
 teacher replaces."""
@@ -7,10 +7,11 @@ import pytest
 from reterm_jax.data import load_tokenizer
 from reterm_jax.data.chat import encode_example, normalize_message
 from reterm_jax.data.literal import plain
-from reterm_jax.rl import guidance, harness
-from reterm_jax.rl.harness import Limits, initial_messages, observation_text, parse_assistant, prompt_text
-from reterm_jax.rl.policies import DONE_CLAIM, split_commands
-from reterm_jax.rl.rollout import _tokenize
+from reterm_jax.rl.grpo import guidance
+from reterm_jax.rl.agent import harness
+from reterm_jax.rl.agent.harness import Limits, initial_messages, observation_text, parse_assistant, prompt_text
+from reterm_jax.rl.agent.scripted import DONE_CLAIM, split_commands
+from reterm_jax.rl.agent.turns import tokenize
 
 COMMANDS = ["cat /app/config.ini", "sed -i 's/^port = .*/port = 8080/' /app/config.ini && grep -c '<tag>' /app/x",
             "python3 - <<'EOF'\nprint('a \"quoted\" <|im_end|> text')\nEOF"]
@@ -49,15 +50,15 @@ def test_teacher_turns_are_the_template_render_of_the_demonstration(tok):
     # (plus each turn's "<think>\n", which the rollout's generation prompt holds as context)
     row = {"id": "r", "messages": full, "train_from_message_index": len(messages), "tools": harness.TOOLS}
     enc = encode_example(row, tok)
-    record = [t for p in pieces for t in _tokenize(tok, p)]
+    record = [t for p in pieces for t in tokenize(tok, p)]
     assert list(enc.tokens[:len(record)]) == record
-    think = _tokenize(tok, guidance.GENERATION_PROMPT_END)
-    targets = [t for turn in turns for t in think + _tokenize(tok, turn)]
+    think = tokenize(tok, guidance.GENERATION_PROMPT_END)
+    targets = [t for turn in turns for t in think + tokenize(tok, turn)]
     assert [int(t) for t, m in zip(enc.tokens, enc.loss_mask) if m] == targets
     # the rollout's parser reads each command back from the decoded turn (it runs exactly the
     # oracle's commands; a special-token string inside one stayed text)
     for command, turn in zip(COMMANDS, turns):
-        decoded = tok.decode(_tokenize(tok, turn))
+        decoded = tok.decode(tokenize(tok, turn))
         parsed = parse_assistant(decoded.removesuffix("<|im_end|>"))
         assert [c.command for c in parsed.calls] == [command] and not parsed.completed
     last = parse_assistant(turns[-1].removesuffix("<|im_end|>"))
@@ -98,8 +99,8 @@ def test_replaced_member(valid, resolved, expected):
 
 
 def test_an_unknown_guide_is_a_user_error():
-    from reterm_jax.cli import UserError
-    from reterm_jax.train.grpo import check_config
+    from reterm_jax.errors import UserError
+    from reterm_jax.rl.grpo.loop import check_config
     from test_grpo_train import synthetic_config
     c = synthetic_config(1)
     c.rollout.guide = "teacher"

@@ -15,8 +15,8 @@ from flax import nnx
 
 from reterm_jax.model import Qwen3_5Config, Qwen3_5ForCausalLM
 from reterm_jax.model.cache import AttentionCache, DeltaNetCache, init_cache, read_slots, storage_dtype, to_cache_dtype
-from reterm_jax.rl.sampler import Sampler
-from reterm_jax.rl.sampling import SamplingParams
+from reterm_jax.rl.inference.sampler import Sampler
+from reterm_jax.rl.inference.sampling import SamplingParams
 
 FP8 = jnp.float8_e4m3fn
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15], [16, 17, 18], [19, 20, 21, 22, 23, 24, 25]]
@@ -84,8 +84,8 @@ def test_the_planner_counts_one_byte_a_kv_value():
 
 
 def test_a_dtype_the_sampler_does_not_take_is_a_user_error():
-    from reterm_jax.cli import UserError
-    from reterm_jax.train.grpo import check_config
+    from reterm_jax.errors import UserError
+    from reterm_jax.rl.grpo.loop import check_config
     from test_grpo_train import synthetic_config
     c = synthetic_config(1)
     c.rollout.kv_cache_dtype = "float8_e4m3fn"

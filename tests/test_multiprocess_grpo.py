@@ -30,7 +30,7 @@ from reterm_jax.parallel.distributed import maybe_initialize
 assert maybe_initialize()
 import jax
 from test_grpo_train import synthetic_config
-from reterm_jax.train import grpo
+from reterm_jax.rl.grpo import loop as grpo
 c = synthetic_config({steps})
 c.model.overrides.num_hidden_layers = 2
 c.mesh.data, c.mesh.fsdp, c.mesh.tensor = 1, 2, 2   # fsdp spans the two processes

@@ -1,4 +1,4 @@
-"""Continuous batching over slots (rl/continuous.py) against the lockstep engine (rl/rollout.py).
+"""Continuous batching over slots (rl/agent/continuous.py) against the lockstep engine (rl/agent/rollout.py).
 
 More episodes than slots, each in a real local bash: scripted and greedy episodes are the same
 token for token as lockstep's, a slot whose episode waits on its tool call does not hold the
@@ -13,12 +13,12 @@ from flax import nnx
 
 from reterm_jax.data import load_tokenizer
 from reterm_jax.model import Qwen3_5Config, Qwen3_5ForCausalLM
-from reterm_jax.rl import harness
-from reterm_jax.rl.continuous import run_continuous
-from reterm_jax.rl.harness import Limits, initial_messages
-from reterm_jax.rl.harness import bash_call_xml as xml_call
-from reterm_jax.rl.rollout import run_episodes
-from reterm_jax.rl.sampling import SamplingParams
+from reterm_jax.rl.agent import harness
+from reterm_jax.rl.agent.continuous import run_continuous
+from reterm_jax.rl.agent.harness import Limits, initial_messages
+from reterm_jax.rl.agent.harness import bash_call_xml as xml_call
+from reterm_jax.rl.agent.rollout import run_episodes
+from reterm_jax.rl.inference.sampling import SamplingParams
 from reterm_jax.sandbox import VerifyResult
 from rl_test_utils import tiny_sampler
 from test_rl_rollout import SCRIPTS, DeadEnv, LocalShell

@@ -6,11 +6,11 @@ import jax
 import pytest
 
 from reterm_jax.data import load_tokenizer
-from reterm_jax.rl import harness
-from reterm_jax.rl.harness import bash_call_xml as xml_call
-from reterm_jax.rl.harness import Limits, format_observation, initial_messages
-from reterm_jax.rl.rollout import run_episodes
-from reterm_jax.rl.sampling import SamplingParams
+from reterm_jax.rl.agent import harness
+from reterm_jax.rl.agent.harness import bash_call_xml as xml_call
+from reterm_jax.rl.agent.harness import Limits, format_observation, initial_messages
+from reterm_jax.rl.agent.rollout import run_episodes
+from reterm_jax.rl.inference.sampling import SamplingParams
 from reterm_jax.sandbox import DockerSandbox, SandboxPool, load_task, verify
 from rl_test_utils import tiny_sampler
 

@@ -15,11 +15,11 @@ from flax import nnx
 from reterm_jax.data import encode_example, load_tokenizer, render_text
 from reterm_jax.data.schema import validate_row
 from reterm_jax.model import Qwen3_5Config, Qwen3_5ForCausalLM
-from reterm_jax.rl import harness
-from reterm_jax.rl.harness import bash_call_xml as xml_call
-from reterm_jax.rl.harness import Limits, initial_messages
-from reterm_jax.rl.rollout import PrefixInvariantError, check_prefix, run_episodes
-from reterm_jax.rl.sampling import SamplingParams, token_logprobs
+from reterm_jax.rl.agent import harness
+from reterm_jax.rl.agent.harness import bash_call_xml as xml_call
+from reterm_jax.rl.agent.harness import Limits, initial_messages
+from reterm_jax.rl.agent.rollout import PrefixInvariantError, check_prefix, run_episodes
+from reterm_jax.rl.inference.sampling import SamplingParams, token_logprobs
 from reterm_jax.sandbox import ExecResult, VerifyResult
 from rl_test_utils import tiny_sampler
 
@@ -99,8 +99,8 @@ def test_scripted_multi_turn_episodes_keep_the_prefix_invariant(scripted, tok, m
     # The pieces equal the render of the recorded conversation, token for token: the chat
     # template's text, tokenised with content kept as text (the malformed call's error observation
     # quotes the call format; its "<tool_call>" is text, not the special token: data/literal.py).
-    from reterm_jax.rl.rollout import _tokenize
-    full = _tokenize(tok, render_text(traj.messages, harness.TOOLS, keep_marks=True))
+    from reterm_jax.rl.agent.turns import tokenize
+    full = tokenize(tok, render_text(traj.messages, harness.TOOLS, keep_marks=True))
     assert traj.tokens == full[:-1]
     text = render_text(traj.messages, harness.TOOLS)
     assert tok.decode(traj.tokens, skip_special_tokens=False) == text[:-1]  # the template's text, minus its last "\n"
@@ -122,8 +122,8 @@ def test_batch_timing_counts_the_scripted_episodes(scripted):
     """Both rows share their batch's timing; it counts every sampled token, the lockstep slots
     (row 1 idles while row 0 runs four turns: occupancy < 1), and time in each phase. The
     stream's per-step metrics add the batches of the groups it saw."""
-    from reterm_jax.rl.groups import Group
-    from reterm_jax.rl.stream import Assessed, rollout_timing
+    from reterm_jax.rl.grpo.groups import Group
+    from reterm_jax.rl.grpo.stream import Assessed, rollout_timing
     a, b = scripted
     assert a.timing is b.timing and a.timing["rows"] == 2
     t = a.timing
@@ -234,6 +234,6 @@ def test_each_row_has_its_own_cache_room(tmp_path, tok, sampler, model):
     assert trajs[1].end_reason == harness.COMPLETED and trajs[1].tokens == roomy[1].tokens
     assert trajs[0].end_reason == harness.CACHE_FULL and len(trajs[0].turns) == 4  # its own last turn hit the end
     assert trajs[0].tokens == roomy[0].tokens[:len(trajs[0].tokens)]
-    from reterm_jax.rl.recovery import RecoveryConfig
-    from reterm_jax.rl.stream import TRUNCATED
+    from reterm_jax.rl.grpo.recovery import RecoveryConfig
+    from reterm_jax.rl.grpo.stream import TRUNCATED
     assert harness.CACHE_FULL in RecoveryConfig().mask_end_reasons and harness.CACHE_FULL not in TRUNCATED

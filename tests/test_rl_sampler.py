@@ -6,8 +6,8 @@ import pytest
 from flax import nnx
 
 from reterm_jax.model import Qwen3_5Config, Qwen3_5ForCausalLM
-from reterm_jax.rl.sampler import Sampler, bucket_length
-from reterm_jax.rl.sampling import SamplingParams, token_logprobs
+from reterm_jax.rl.inference.sampler import Sampler, bucket_length
+from reterm_jax.rl.inference.sampling import SamplingParams, token_logprobs
 
 PAD, STOP = 0, (1,)
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [12, 13], [14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30]]

@@ -2,7 +2,7 @@
 log-probs as the one-device sampler, a cache that stays split (rows over fsdp, K/V heads and
 DeltaNet heads over tensor), and no collective in the compiled decode loop that moves the cache.
 With the weights published split over tensor only (`rollout.weights_sharding=tensor`, through
-the PolicyStore as train/grpo.py does): the same tokens, no weight split over fsdp, and fewer
+the PolicyStore as rl/grpo/loop.py does): the same tokens, no weight split over fsdp, and fewer
 all-gathers in the decode loop (the weights' gathers over fsdp are gone)."""
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from reterm_jax.model import Qwen3_5Config, Qwen3_5ForCausalLM
 from reterm_jax.model.cache import AttentionCache
 from reterm_jax.parallel.mesh import make_mesh
 from reterm_jax.parallel.rules import model_shardings
-from reterm_jax.rl.policy_store import PolicyStore
-from reterm_jax.rl.sampler import Sampler, weight_shardings
-from reterm_jax.rl.sampling import SamplingParams
+from reterm_jax.rl.inference.policy_store import PolicyStore
+from reterm_jax.rl.inference.sampler import Sampler, weight_shardings
+from reterm_jax.rl.inference.sampling import SamplingParams
 
 assert jax.device_count() == 8, jax.devices()
 L = 88  # no model dim is 88: a collective whose shape has it moves the cache
@@ -73,7 +73,8 @@ out["tp_max_logp_diff"] = max(abs(x - y) for r, q in zip(tp_logp, ref_logp) for 
 out["tp_specs"] = sorted({str(x.sharding.spec) for x in jax.tree.leaves(tp.params)})
 tp_hlo = tp.lower_generate(tp_st, SamplingParams(0.0), 10).compile().as_text()
 out["tp_gathers"] = sum(bool(GATHER.search(l)) for l in tp_hlo.splitlines())
-out["cache_collectives"] = [o[:200] for o in ops if re.search(r"\[[\d,]*\b%d\b[\d,]*\]" % L, o.split("=", 1)[1].split("(")[0] if "=" in o else o)]
+out["cache_collectives"] = [o[:200] for o in ops
+                            if re.search(r"\[[\d,]*\b%d\b[\d,]*\]" % L, o.split("=", 1)[1].split("(")[0] if "=" in o else o)]
 print("RESULT" + json.dumps(out))
 """
 

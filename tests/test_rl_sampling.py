@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from reterm_jax.rl.sampling import SamplingParams, filter_logits, sample, sampling_logprobs, token_logprobs
+from reterm_jax.rl.inference.sampling import SamplingParams, filter_logits, sample, sampling_logprobs, token_logprobs
 
 P = np.array([0.5, 0.25, 0.15, 0.1])
 LOGITS = jnp.asarray(np.log(P) + 3.0)  # an offset must not matter

@@ -11,8 +11,8 @@ from hf_reference import VOCAB, build_hf_model
 from model_test_utils import load_hf_weights
 from reterm_jax.model.config import Qwen3_5Config
 from reterm_jax.model.decoder import Qwen3_5ForCausalLM
-from reterm_jax.rl.sampler import Sampler
-from reterm_jax.rl.sampling import SamplingParams
+from reterm_jax.rl.inference.sampler import Sampler
+from reterm_jax.rl.inference.sampling import SamplingParams
 
 PAD = 0
 

@@ -93,7 +93,7 @@ def test_resume_reproduces_the_uninterrupted_losses(cli_run):
     got = {**first["losses"], **second["losses"]}
     for step in range(1, STEPS + 1):
         np.testing.assert_allclose(got[step], reference[step], rtol=1e-6, err_msg=f"step {step}")
-    # bench/learning_run's control with no SFT to measure a step by counts these batches beforehand
+    # experiments/learning/learning_run's control with no SFT to measure a step by counts these batches beforehand
     sys.path.insert(0, os.path.join(ROOT, "bench"))
     from learning_data import steps_for_tokens
 
@@ -157,7 +157,7 @@ def test_a_damaged_latest_checkpoint_is_set_aside_and_the_run_resumes_from_the_p
     uninterrupted run's losses. With step 2 damaged as well, one line says what to delete."""
     import shutil
 
-    from reterm_jax.cli import UserError
+    from reterm_jax.errors import UserError
     from reterm_jax.train.sft import train
     workdir = str(cli_run["tmp"] / "damaged")
     shutil.copytree(os.path.join(cli_run["workdir"], "checkpoints"), os.path.join(workdir, "checkpoints"))

@@ -10,8 +10,8 @@ from flax import nnx
 from reterm_jax.model.config import Qwen3_5Config
 from reterm_jax.model.decoder import Qwen3_5ForCausalLM
 from reterm_jax.model.vocab_chunks import target_logprobs
-from reterm_jax.rl.grpo_loss import token_entropy_sum
-from reterm_jax.rl.sampling import SamplingParams, token_logprobs
+from reterm_jax.rl.grpo.loss import token_entropy_sum
+from reterm_jax.rl.inference.sampling import SamplingParams, token_logprobs
 
 
 def reference(hidden, weight, targets, vocab_first, temperature):

@@ -15,7 +15,7 @@ import numpy as np
 from absl import flags, logging
 
 from reterm_jax import cli
-from reterm_jax.cli import UserError
+from reterm_jax.errors import UserError
 
 from reterm_jax.data.chat import BASH_TOOL, check_chat_template, encode_example
 from reterm_jax.data.pipeline import sft_dataset

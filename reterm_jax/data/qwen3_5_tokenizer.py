@@ -23,7 +23,7 @@ import os
 import shutil
 import tempfile
 
-from reterm_jax.data.tokenizer import TINY_TOKENIZER_DIR
+from reterm_jax.data.assets import TINY_TOKENIZER_DIR
 
 NAME = "qwen3.5"
 FIRST_ADDED_ID = 248044

@@ -8,7 +8,9 @@ import os
 
 from absl import logging
 
-TINY_TOKENIZER_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets", "tokenizer")
+from reterm_jax.data.assets import TINY_TOKENIZER_DIR  # noqa: F401 (load_tokenizer's default; importers use it from here)
+
+
 QWEN3_5 = "qwen3.5"        # load_tokenizer's name for the real Qwen3.5 tokenizer (data/qwen3_5_tokenizer.py)
 QWEN3_5_VOCAB = 248077      # its last id + 1; the 9B's embedding has 248320 rows
 

@@ -3,7 +3,7 @@ can express, the flash kernel for the others.
 
 cuDNN takes a causal mask plus one valid length per row: a row must hold one segment that starts
 at position 0, followed only by padding (segment id 0). That is every GRPO row (one trajectory per
-row, right-padded; rl/groups.py) and a batch of unpacked SFT rows, not packed SFT rows (several
+row, right-padded; rl/grpo/groups.py) and a batch of unpacked SFT rows, not packed SFT rows (several
 segments) nor left-padded prompts. Which case a batch is cannot be known when tracing, so both
 kernels are compiled and `lax.cond` runs one per call: a packed batch gives exactly what
 `attention_impl=flash` gives. Padded query positions output 0, as the other kernels do.

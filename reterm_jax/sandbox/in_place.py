@@ -74,8 +74,9 @@ class ProcessesSurvived(SandboxError):
 
 def end_processes(sandbox, then: str = "") -> None:
     """Kill every process of the agent in `sandbox` (its shell server too), run `then` (bash) and
-    consume it: no agent command or snapshot after this. Raises, leaving it unconsumed, ProcessesSurvived when some process outlived the sweep (the caller then verifies
-    on a clone) and SandboxError when `then` failed or the container or the engine did not answer.
+    consume it: no agent command or snapshot after this. Raises, leaving it unconsumed,
+    ProcessesSurvived when some process outlived the sweep (the caller then verifies on a clone)
+    and SandboxError when `then` failed or the container or the engine did not answer.
 
     The sweep is the prelude of the verifier's new shell server: one `docker exec` for both. It
     runs as the image's user, as the verifier does: root with the sandbox's capabilities (KILL

@@ -27,7 +27,7 @@ KIND_CONTAINER = "container"
 KIND_SNAPSHOT = "snapshot"
 KIND_TASK_IMAGE = "task-image"
 KIND_NETWORK = "network"
-# Failure-bank images (reterm_jax.rl.failure_bank) outlive the process that made them: their
+# Failure-bank images (reterm_jax.rl.grpo.failure_bank) outlive the process that made them: their
 # owner is the bank directory, not a process. The reaper never removes them, even with
 # everything=True; the bank prunes them itself (FailureBank.prune / destroy).
 KIND_BANK = "bank"

@@ -9,7 +9,7 @@ are left alone. Task images are a cache and are kept.
 container, snapshot image, task image and network, whoever owns them. The base
 image reterm/base:bookworm is not managed and never touched. Failure-bank images
 (kind "bank") are never touched either: they belong to a bank directory that outlives
-its processes, and the bank prunes them itself (reterm_jax.rl.failure_bank).
+its processes, and the bank prunes them itself (reterm_jax.rl.grpo.failure_bank).
 """
 from __future__ import annotations
 

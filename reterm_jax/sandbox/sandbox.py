@@ -99,7 +99,7 @@ def use_runtime(name: str) -> None:
 def use_config_runtime(config) -> None:
     """use_runtime(config.sandbox.runtime) for a run's config (GRPO, evaluate); a refusal is the
     user's one-line error naming the field."""
-    from reterm_jax.cli import UserError
+    from reterm_jax.errors import UserError
     runtime = config.get("sandbox", {}).get("runtime", "runc")
     try:
         use_runtime(runtime)

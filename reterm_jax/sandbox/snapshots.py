@@ -53,6 +53,7 @@ class Snapshot:
         self.image_id = image_id
         self.endpoint = source.endpoint  # the image exists on the engine that committed it only
         self.limits, self.task, self.workdir = source.limits, source.task, source.workdir
+        self._sandbox_cls = type(source)  # branches are sandboxes of the kind that took the snapshot
         self.created = time.time()
         self._users: set = set()
         self._released = False
@@ -64,14 +65,13 @@ class Snapshot:
     def branch(self, n: int, *, max_parallel: int = 8) -> list:
         """Start n independent sandboxes from this snapshot (in parallel threads).
         All or nothing: if one fails to start, the others are closed and the error raised."""
-        from reterm_jax.sandbox.sandbox import DockerSandbox
         if self._released:
             raise SandboxError("cannot branch a released snapshot; branch before release()")
         if n < 1:
             return []
 
         return start_sandboxes(
-            lambda: DockerSandbox(self.image_id, limits=self.limits, task=self.task, snapshot=self), n,
+            lambda: self._sandbox_cls(self.image_id, limits=self.limits, task=self.task, snapshot=self), n,
             max_parallel=max_parallel)
 
     # -- ownership -----------------------------------------------------------------

@@ -9,13 +9,13 @@ from absl import flags, logging
 from ml_collections import config_flags
 
 from reterm_jax import cli
-from reterm_jax.cli import UserError
+from reterm_jax.errors import UserError
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/sft.py or configs/sft.py:tiny.",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints, TensorBoard events and the HF export go here "
                                "(default ./runs/<mode>-<timestamp>).")
-MODES = {"sft": "reterm_jax.train.sft", "grpo": "reterm_jax.train.grpo"}
+MODES = {"sft": "reterm_jax.train.sft", "grpo": "reterm_jax.rl.grpo.loop"}
 
 
 def main(argv):

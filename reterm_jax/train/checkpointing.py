@@ -34,7 +34,7 @@ from reterm_jax.train.state import TrainState
 
 def check_checkpoint_fields(config) -> None:
     """The run config's `checkpoint` section (a one-line UserError, before anything starts)."""
-    from reterm_jax.cli import UserError
+    from reterm_jax.errors import UserError
     c = config.checkpoint
     for name in ("every", "keep"):
         if c[name] < 1:
@@ -137,7 +137,7 @@ class Checkpointer:
                 logging.warning("resuming from the newest readable checkpoint, step %d (set aside: %s)", step,
                                 ", ".join(str(b) for b, _ in failed))
             return step, restored
-        from reterm_jax.cli import UserError
+        from reterm_jax.errors import UserError
         raise UserError(f"no checkpoint in {self.directory} can be restored (steps {steps}; step {steps[0]}: "
                         f"{failed[0][1]}). If the config changed since they were written, use a new --workdir; "
                         f"if the files are damaged, delete {self.directory} to start afresh")
@@ -187,3 +187,25 @@ def _this_process(train: dict, where: str):
                          "each process's data position belongs to its own shard of the rows, so resume with "
                          f"{len(states)} process(es)")
     return states[jax.process_index()]
+
+
+# The orbax item that holds a checkpoint's params (a CheckpointManager step's, or `convert --to=orbax`'s).
+PARAMS_ITEM = "params"
+
+
+def find_params_dir(checkpoint: str) -> str:
+    """`checkpoint` itself, its `params/`, or `<latest step>/params` of a CheckpointManager dir."""
+    if not os.path.isdir(checkpoint):
+        raise FileNotFoundError(f"--checkpoint {checkpoint!r} does not exist or is not a directory")
+    if os.path.exists(os.path.join(checkpoint, "_CHECKPOINT_METADATA")) and \
+            not os.path.isdir(os.path.join(checkpoint, PARAMS_ITEM)):
+        return checkpoint
+    if os.path.isdir(os.path.join(checkpoint, PARAMS_ITEM)):
+        return os.path.join(checkpoint, PARAMS_ITEM)
+    steps = sorted((int(d) for d in os.listdir(checkpoint) if d.isdigit()), reverse=True)
+    for step in steps:
+        cand = os.path.join(checkpoint, str(step), PARAMS_ITEM)
+        if os.path.isdir(cand):
+            return cand
+    raise FileNotFoundError(f"{checkpoint}: no orbax params found (looked for params/ and "
+                            "<step>/params/); pass a dir written by --to=orbax or a training run")

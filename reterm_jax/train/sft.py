@@ -16,7 +16,7 @@ import jax
 from absl import logging
 
 from reterm_jax.data import BASH_TOOL, length_report, load_and_validate, load_tokenizer, sft_dataset
-from reterm_jax.cli import UserError
+from reterm_jax.errors import UserError
 from reterm_jax.data.sources import looks_local
 from reterm_jax.data.tokenizer import resolve_tokenizer
 from reterm_jax.parallel.mesh import make_mesh

@@ -21,9 +21,9 @@ runs keep the plain device-side copy.
 buffer per leaf, so it survives donation too): the samplers read half the bytes of the fp32
 master weights per decode step, and the copy costs half the memory. A stacked trainer's params
 (scan_layers) are published in the per-layer layout the samplers run (the same one jit:
-`rl/sampler.py::inference_params`).
+`rl/inference/sampler.py::inference_params`).
 
-`shardings` (a tree of NamedShardings like the published params, e.g. `rl/sampler.py::
+`shardings` (a tree of NamedShardings like the published params, e.g. `rl/inference/sampler.py::
 weight_shardings` for `rollout.weights_sharding=tensor`): each published copy is placed there
 (one reshard per publish: for `tensor`, a gather over fsdp), so decoding never moves a weight.
 """
@@ -82,7 +82,7 @@ class PolicyStore:
         from reterm_jax.model.stacked import is_stacked
         fresh = self.dtype is not None or is_stacked(params)
         if fresh:
-            from reterm_jax.rl.sampler import inference_params
+            from reterm_jax.rl.inference.sampler import inference_params
             params = inference_params(params, self.dtype)  # already new buffers: no device copy needed
         if self.local:
             copied = host_local_copy(params)

@@ -38,9 +38,9 @@ import grain
 import jax
 import numpy as np
 
-from reterm_jax.rl import harness
-from reterm_jax.rl.groups import Group, empty_rows, groups_to_batch
-from reterm_jax.rl.grpo_loss import ADVANTAGE_MODES, group_advantages, group_has_signal, overlong_shaping
+from reterm_jax.rl.agent import harness
+from reterm_jax.rl.grpo.groups import Group, empty_rows, groups_to_batch
+from reterm_jax.rl.grpo.loss import ADVANTAGE_MODES, group_advantages, group_has_signal, overlong_shaping
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class StreamConfig:
     signal_note_s: float = 300.0
     poll_s: float = 0.1
     # the row weight of a sampled member in a group holding a teacher's member (Group.guided,
-    # rl/guidance.py): 1 trains its failed attempts' negative advantage as usual, 0 trains only the
+    # rl/grpo/guidance.py): 1 trains its failed attempts' negative advantage as usual, 0 trains only the
     # teacher's positive side (the rows still count in the token mean, as weights do)
     guided_failure_weight: float = 1.0
 
@@ -196,7 +196,7 @@ class GroupStream(grain.IterDataset):
 
     def __init__(self, source, cfg: StreamConfig, *, store=None, seed: int = 0):
         super().__init__()
-        from reterm_jax.rl.workers import RolloutWorkers
+        from reterm_jax.rl.grpo.workers import RolloutWorkers
         self.cfg, self.store, self.seed = cfg, store, seed
         self.workers = source if isinstance(source, RolloutWorkers) else None
         self.producer = None if self.workers is not None else source

@@ -56,7 +56,7 @@ from flax import nnx, struct
 from reterm_jax.model.cache import Cache, cache_axes, init_cache, write_slots
 from reterm_jax.model.stacked import is_stacked, unstack_params
 from reterm_jax.parallel.rules import logical_to_sharding
-from reterm_jax.rl.sampling import SamplingParams, sampling_logprobs
+from reterm_jax.rl.inference.sampling import SamplingParams, sampling_logprobs
 
 ROW_SEGMENT = 1  # each row holds one sequence; 0 marks padding
 

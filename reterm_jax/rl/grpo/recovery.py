@@ -7,14 +7,16 @@
 Where the bank's failures come from (`RecoveryConfig.failures_from`):
   "policy"          fresh attempts of the current policy on the tasks; its failures (verified on a
                     clone, reward < threshold) are banked with their exact tokens (the method);
-  "fault_commands"  before the first group (the trainer calls `seed_from_faults()` once), each task's scripted `[reterm] fault_commands` attempt
-                    (the realistic failed attempt the demo SFT rows are built from) is run and
-                    verified, and banked when it fails; its tokens are the chat template's render
+  "fault_commands"  before the first group (the trainer calls `seed_from_faults()` once), each
+                    task's scripted `[reterm] fault_commands` attempt (the realistic failed
+                    attempt the demo SFT rows are built from) is run and verified, and banked
+                    when it fails; its tokens are the chat template's render
                     of that attempt, i.e. exactly the context the SFT rows trained on. Policy
                     failures are still collected when the bank runs short (or with `explore`).
 
-Filling the bank (collect, seed_from_faults) lives in rl/bank_fill.py, starting the next group's
-branches early (cfg.prefetch) in rl/prefetch.py; RecoveryProducer inherits both.
+Filling the bank (collect, seed_from_faults) lives in rl/grpo/bank_fill.py, starting the next group's
+branches early (cfg.prefetch) in rl/grpo/prefetch.py; RecoveryProducer holds one of each (`filler`,
+`prefetcher`).
 """
 from __future__ import annotations
 
@@ -29,16 +31,18 @@ from typing import Any
 import jax
 
 from reterm_jax.data.tokenizer import special_ids
-from reterm_jax.rl import guidance, harness
-from reterm_jax.rl.bank_fill import SCRIPTED_FAULT, BankFilling, rendered_failure_tokens  # noqa: F401 (re-exported)
-from reterm_jax.rl.groups import Group
-from reterm_jax.rl.prefetch import BranchPrefetch, _close_branches
-from reterm_jax.rl.harness import Limits, initial_messages
-from reterm_jax.rl.rollout import ENGINES, VERIFY_MODES, _thread_map, _tokenize, run_episodes
-from reterm_jax.rl.sampler import Sampler
-from reterm_jax.rl.sampling import SamplingParams
-from reterm_jax.rl.trajectory import Trajectory
-from reterm_jax.rl.workers import _new_id, sampler_with
+from reterm_jax.rl.grpo import guidance
+from reterm_jax.rl.agent import harness
+from reterm_jax.rl.grpo.bank_fill import BankFiller
+from reterm_jax.rl.grpo.groups import Group
+from reterm_jax.rl.grpo.prefetch import BranchPrefetcher, close_branches
+from reterm_jax.rl.agent.harness import Limits, initial_messages
+from reterm_jax.rl.agent.rollout import ENGINES, VERIFY_MODES, run_episodes
+from reterm_jax.rl.agent.turns import continuation_prompt, thread_map, tokenize
+from reterm_jax.rl.inference.sampler import Sampler
+from reterm_jax.rl.inference.sampling import SamplingParams
+from reterm_jax.rl.agent.trajectory import Trajectory
+from reterm_jax.rl.grpo.workers import new_id, sampler_with
 from reterm_jax.sandbox.client import engine_answers, is_engine_down, wait_for_engine
 
 log = logging.getLogger(__name__)
@@ -114,20 +118,7 @@ def member_reward(traj: Trajectory, threshold: float, partial_credit: float) -> 
     return reward
 
 
-def continuation_prompt(tokenizer, tokens: list[int]) -> list[int]:
-    """A failed attempt's exact tokens, cut after its last <|im_end|> (an attempt that ended
-    mid-turn, e.g. on its turn limit, loses that unfinished turn, as a failure-bank entry does),
-    + the retry user turn tokenised alone: the context a recovery attempt continues (GRPO groups
-    and Recovery@k evaluation alike)."""
-    im_end = special_ids(tokenizer).im_end
-    tokens = [int(t) for t in tokens]
-    ends = [i for i, t in enumerate(tokens) if t == im_end]
-    if not ends:
-        raise ValueError("the failed attempt's tokens hold no <|im_end|>: nothing to continue")
-    return tokens[:ends[-1] + 1] + _tokenize(tokenizer, harness.retry_turn_text())
-
-
-class RecoveryProducer(BankFilling, BranchPrefetch):
+class RecoveryProducer:
     """ReTerm-GRPO groups: entry = bank.next(); G = bank.branch(entry, G) sandboxes; each continues
     the failed attempt's EXACT tokens + the retry user turn (`harness.retry_turn_text()`
     tokenised alone) through `run_episodes(prompt_tokens=...)`, and is verified (cfg.verify: in its
@@ -161,26 +152,42 @@ class RecoveryProducer(BankFilling, BranchPrefetch):
             from reterm_jax.sandbox import verify as verify_fn
         self.verify_fn = verify_fn
         accepts = inspect.signature(verify_fn).parameters
-        self._verify_on_bank_image = "snapshot" in accepts
         # every attempt here is closed after its verdict: nothing continues from it
         self._verify_kw = {"in_place": True} if cfg.verify == "in_place" and "in_place" in accepts else {}
         self.im_end = special_ids(tokenizer).im_end
-        self.retry_tokens = _tokenize(tokenizer, harness.retry_turn_text())
+        self.retry_tokens = tokenize(tokenizer, harness.retry_turn_text())
         self.stats = ProducerStats()
-        self._task_cursor = 0
-        self._pending_errors = 0  # sandbox errors of collection rounds, reported on the next group
         self.stop_event = None    # set by RolloutWorkers: ends a wait for the engine when they stop
         self._by_dir = {str(Path(t.path).resolve()): t for t in self.tasks}
         self.current_sandboxes: list = []  # the branches of the group in flight (monitoring, tests)
-        self._prefetch = None     # (entry, Future of its branches or None): the next group, drawn early
-        self._prefetcher = None   # its thread (made on first use)
+        self.filler = BankFiller(bank, self.tasks, tokenizer, cfg, self.stats, run=self._run, limits_for=self._limits,
+                                 map_fn=self._map, verify_fn=verify_fn, collect_script=collect_script, pool=pool)
+        self.prefetcher = BranchPrefetcher(bank, cfg, self.recovery_prompt)
         self._teacher: dict[str, list[str] | None] = {}  # task dir -> the oracle's turn texts (guide="teacher")
+
+    # ---- the bank's filling and the branch prefetch, held objects --------------------------------
+    def seed_from_faults(self) -> int:
+        """Bank each task's scripted fault attempt once (BankFiller.seed_from_faults)."""
+        return self.filler.seed_from_faults()
+
+    def collect(self, sampler: Sampler, version: int, key: jax.Array) -> int:
+        """One collection round of fresh attempts (BankFiller.collect)."""
+        return self.filler.collect(sampler, version, key)
+
+    def wait_prefetch(self, timeout: float | None = None) -> None:
+        """Until the next group's branches (if any are being started) have started or failed."""
+        self.prefetcher.wait(timeout)
+
+    def close(self) -> None:
+        """Close the branches started ahead for a group that will not run (the worker stops).
+        Idempotent; a later produce() starts afresh."""
+        self.prefetcher.close()
 
     # ---- helpers ----------------------------------------------------------------------------------
     def _map(self, fn, items, max_workers: int = 0) -> list:
         """Outcomes of fn over items: on the pool (its own bound), else on threads, all at once or
         at most max_workers at a time."""
-        return self.pool.map(fn, items) if self.pool is not None else _thread_map(fn, items, max_workers)
+        return self.pool.map(fn, items) if self.pool is not None else thread_map(fn, items, max_workers)
 
     def _verify_and_close(self, sandbox, task):
         """A recovery attempt's verdict; then its container goes at once, in the same pool job (the
@@ -200,7 +207,7 @@ class RecoveryProducer(BankFilling, BranchPrefetch):
     def _run(self, sampler, tokenizer, envs, messages, **kw):
         """The configured rollout engine over these envs (one sampler row or slot each)."""
         if self.cfg.engine == "continuous":
-            from reterm_jax.rl.continuous import run_continuous
+            from reterm_jax.rl.agent.continuous import run_continuous
             return run_continuous(sampler, tokenizer, envs, messages, slots=len(envs), burst=self.cfg.decode_burst,
                                   **kw)
         return run_episodes(sampler, tokenizer, envs, messages, **kw)
@@ -230,11 +237,11 @@ class RecoveryProducer(BankFilling, BranchPrefetch):
         sampler = sampler_with(self.sampler, params)
         collect_key, explore_key, run_key = jax.random.split(key, 3)
         explore = self.cfg.explore > 0 and float(jax.random.uniform(explore_key)) < self.cfg.explore
-        held = self._take_prefetch(version)  # the entry the last group drew for this one (cfg.prefetch)
+        held = self.prefetcher.take(version)  # the entry the last group drew for this one (cfg.prefetch)
         if self.cfg.max_version_lag and self.cfg.failures_from == "policy":
             self.bank.retire_older_than(int(version) - self.cfg.max_version_lag)
         if len(self.bank) < self.cfg.min_failures or explore:
-            self.collect(sampler, version, collect_key)
+            self.filler.collect(sampler, version, collect_key)
         entry, pending = held if held is not None else (self.bank.next(), None)
         if entry is None:
             return None
@@ -246,9 +253,9 @@ class RecoveryProducer(BankFilling, BranchPrefetch):
             log.warning("failure %s: its recovery prompt (%d tokens) fills the %d-token budget; skipped",
                         entry.entry_id, len(prompt), room)
             self.stats.skipped_too_long += 1
-            _close_branches(pending)
+            close_branches(pending)
             return None
-        errors, self._pending_errors = self._pending_errors, 0
+        errors, self.filler.pending_errors = self.filler.pending_errors, 0
         try:
             sandboxes = pending.result() if pending is not None else self.bank.branch(entry, g)
         except Exception as e:  # noqa: BLE001 - all or nothing: a group of masked members
@@ -259,15 +266,15 @@ class RecoveryProducer(BankFilling, BranchPrefetch):
                 self.stats.engine_outages += 1
                 return None
             log.warning("could not branch failure %s into %d sandboxes: %s", entry.entry_id, g, e)
-            trajs = [Trajectory(task_id=task.name, episode_id=_new_id(task.name), messages=list(entry.messages),
+            trajs = [Trajectory(task_id=task.name, episode_id=new_id(task.name), messages=list(entry.messages),
                                 end_reason=harness.SANDBOX_ERROR, error=f"branch failed: {e}") for _ in range(g)]
             self.stats.groups += 1
             self.stats.sandbox_errors += g
-            return Group(_new_id("group"), task.name, entry.entry_id, int(version), trajs, [False] * g, [0.0] * g,
+            return Group(new_id("group"), task.name, entry.entry_id, int(version), trajs, [False] * g, [0.0] * g,
                          [False] * g, rollout_s=time.monotonic() - start, sandbox_errors=errors + g)
         self.current_sandboxes = sandboxes
         try:
-            self._start_prefetch(room, entry.entry_id)
+            self.prefetcher.start(room, entry.entry_id)
             messages = initial_messages(task.instruction, history=list(entry.messages))
             trajs = self._run(sampler, self.tokenizer, sandboxes, [messages] * g, task_ids=[task.name] * g,
                                  limits=self._limits([task]), params=self.cfg.sampling, key=run_key,
@@ -312,13 +319,13 @@ class RecoveryProducer(BankFilling, BranchPrefetch):
             teacher = self._guide(entry, task, sampler, messages, prompt, run_key)
             if teacher is not None:
                 trajs[i], valid[i], rewards[i], resolved[i], guided[i] = teacher, True, float(teacher.reward), True, True
-        return Group(_new_id("group"), task.name, entry.entry_id, int(version), trajs, valid, rewards, resolved,
+        return Group(new_id("group"), task.name, entry.entry_id, int(version), trajs, valid, rewards, resolved,
                      rollout_s=time.monotonic() - start, sandbox_errors=int(errors + lost),
                      verifier_failures=verifier_failures, guided=guided)
 
     def _guide(self, entry, task, sampler, messages: list[dict], prompt: list[int], key) -> Trajectory | None:
         """The teacher's verified recovery from this entry's state (guide="teacher"; see
-        rl/guidance.py), or None (logged and counted) when there is none to give."""
+        rl/grpo/guidance.py), or None (logged and counted) when there is none to give."""
         key_dir = str(Path(task.path).resolve())
         if key_dir not in self._teacher:
             self._teacher[key_dir] = guidance.teacher_turns(task)

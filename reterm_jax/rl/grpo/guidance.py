@@ -28,11 +28,13 @@ import logging
 from collections.abc import Callable, Sequence
 
 from reterm_jax.data.chat import render
-from reterm_jax.rl import harness
-from reterm_jax.rl.harness import Limits
-from reterm_jax.rl.rollout import _tokenize, run_episodes
-from reterm_jax.rl.sampling import SamplingParams
-from reterm_jax.rl.trajectory import Trajectory
+from reterm_jax.rl.agent import harness
+from reterm_jax.rl.agent.harness import Limits
+from reterm_jax.rl.agent.rollout import run_episodes
+from reterm_jax.rl.agent.scripted import DONE_CLAIM, oracle_commands, tool_call
+from reterm_jax.rl.agent.turns import tokenize
+from reterm_jax.rl.inference.sampling import SamplingParams
+from reterm_jax.rl.agent.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
 GUIDES = ("off", "teacher")
@@ -54,15 +56,13 @@ def turn_text(message: dict) -> str:
 
 def teacher_messages(commands: Sequence[str], claim: str) -> list[dict]:
     """The assistant messages of a scripted recovery (the demonstration rows' shape, see
-    rl/policies.run_commands): one bash call per command with no text, then `claim`."""
-    from reterm_jax.rl.policies import _call
-    out = [{"role": "assistant", "content": "", "tool_calls": [_call(c, i)]} for i, c in enumerate(commands)]
+    rl/agent/scripted.run_commands): one bash call per command with no text, then `claim`."""
+    out = [{"role": "assistant", "content": "", "tool_calls": [tool_call(c, i)]} for i, c in enumerate(commands)]
     return [*out, {"role": "assistant", "content": claim}]
 
 
 def teacher_turns(task) -> list[str] | None:
     """The oracle's recovery as turn texts, or None when the task has no solution/solve.sh."""
-    from reterm_jax.rl.policies import DONE_CLAIM, oracle_commands
     try:
         commands = oracle_commands(task)
     except (OSError, ValueError) as e:
@@ -75,7 +75,7 @@ def fits(turns: Sequence[str], tokenizer, limits: Limits) -> bool:
     """Whether a scripted attempt of these turns can finish within the rollout's limits."""
     if len(turns) > limits.max_turns:
         return False
-    return all(len(_tokenize(tokenizer, t)) <= limits.max_new_tokens_per_turn for t in turns)
+    return all(len(tokenize(tokenizer, t)) <= limits.max_new_tokens_per_turn for t in turns)
 
 
 def run_teacher(sampler, tokenizer, sandbox, messages: list[dict], prompt: list[int], turns: Sequence[str], *,

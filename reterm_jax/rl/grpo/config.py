@@ -1,4 +1,4 @@
-"""GRPO's config checks and the stream settings it derives (train/grpo.py runs them).
+"""GRPO's config checks and the stream settings it derives (rl/grpo/loop.py runs them).
 
 `check_config` raises a one-line UserError for each field a user can get wrong, before anything
 expensive; without `n_data_parallel` it touches no JAX, so the command line runs it before JAX
@@ -11,14 +11,14 @@ import os
 
 import jax
 
-from reterm_jax.cli import UserError
+from reterm_jax.errors import UserError
 from reterm_jax.parallel.rules import SAMPLER_WEIGHTS
-from reterm_jax.rl.guidance import GUIDES
-from reterm_jax.rl.rollout import ENGINES, VERIFY_MODES
-from reterm_jax.rl.sampler import KV_CACHE_DTYPES, PREFILL_CHUNK
-from reterm_jax.rl.stream import StreamConfig
+from reterm_jax.rl.grpo.guidance import GUIDES
+from reterm_jax.rl.agent.rollout import ENGINES, VERIFY_MODES
+from reterm_jax.rl.inference.sampler import KV_CACHE_DTYPES, PREFILL_CHUNK
+from reterm_jax.rl.grpo.stream import StreamConfig
 from reterm_jax.train.checkpointing import check_checkpoint_fields
-from reterm_jax.train.grpo_step import check_sampling
+from reterm_jax.rl.grpo.step import check_sampling
 from reterm_jax.train.step import row_sharding
 
 SECTIONS = ("model", "init", "env", "rollout", "bank", "stream", "loss", "optim", "train", "checkpoint", "mesh")

@@ -28,8 +28,8 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh
 
-from reterm_jax.rl.grpo_loss import ppo_loss_sums
-from reterm_jax.rl.sampling import SamplingParams
+from reterm_jax.rl.grpo.loss import ppo_loss_sums
+from reterm_jax.rl.inference.sampling import SamplingParams
 from reterm_jax.train.state import TrainState, replicated
 from reterm_jax.train.step import accumulate, row_sharding
 from reterm_jax.train.step import put_batch as put_rows

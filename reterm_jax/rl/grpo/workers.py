@@ -1,7 +1,7 @@
 """Group producers and the background workers that run them while the trainer steps.
 
     store = PolicyStore(0, params)
-    producer = RecoveryProducer(bank, tasks, sampler, tokenizer, RecoveryConfig(group_size=8))  # rl/recovery.py
+    producer = RecoveryProducer(bank, tasks, sampler, tokenizer, RecoveryConfig(group_size=8))  # rl/grpo/recovery.py
     workers = RolloutWorkers([producer], store, queue_size=4).start()
     ...                                       # GroupStream(workers, ...) feeds the trainer
     workers.stop()
@@ -14,7 +14,7 @@ versions and its `policy_version` stamp is exact. Finished groups go into a boun
 it is full the worker blocks (backpressure) until the trainer takes one or `stop()` is called.
 
 Producers:
-  RecoveryProducer   (reterm_jax.rl.recovery) ReTerm-GRPO: G recovery attempts branched from a
+  RecoveryProducer   (reterm_jax.rl.grpo.recovery) ReTerm-GRPO: G recovery attempts branched from a
                      failure-bank entry (the failed attempt's exact tokens + the retry turn),
                      verified on clones; fills the bank when it is short.
   SyntheticProducer  no Docker: G samples from a fixed prompt, reward = a function of the sampled
@@ -34,11 +34,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import jax
 
-from reterm_jax.rl import harness
-from reterm_jax.rl.groups import Group
-from reterm_jax.rl.sampler import Sampler
-from reterm_jax.rl.sampling import SamplingParams
-from reterm_jax.rl.trajectory import Trajectory
+from reterm_jax.rl.agent import harness
+from reterm_jax.rl.grpo.groups import Group
+from reterm_jax.rl.inference.sampler import Sampler
+from reterm_jax.rl.inference.sampling import SamplingParams
+from reterm_jax.rl.agent.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def sampler_with(sampler: Sampler, params: Any) -> Sampler:
     return s
 
 
-def _new_id(prefix: str) -> str:
+def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
@@ -89,7 +89,7 @@ class SyntheticProducer:
         _, gen = s.generate(state, key, self.sampling, self.max_new_tokens)
         trajs, rewards = [], []
         for r in range(g):
-            traj = Trajectory(task_id=self.task_id, episode_id=_new_id(self.task_id), messages=[],
+            traj = Trajectory(task_id=self.task_id, episode_id=new_id(self.task_id), messages=[],
                               end_reason=harness.COMPLETED)
             traj.add_context(self.prompt)
             traj.prompt_len = len(self.prompt)
@@ -99,7 +99,7 @@ class SyntheticProducer:
             traj.wall_s = time.monotonic() - start
             trajs.append(traj)
             rewards.append(traj.reward)
-        return Group(group_id=_new_id("group"), task_id=self.task_id, failure_id="", policy_version=int(version),
+        return Group(group_id=new_id("group"), task_id=self.task_id, failure_id="", policy_version=int(version),
                      trajectories=trajs, valid=[True] * g, rewards=rewards,
                      resolved=[r >= self.threshold for r in rewards], rollout_s=time.monotonic() - start)
 

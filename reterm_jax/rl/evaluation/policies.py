@@ -9,128 +9,24 @@
 `history` is None for a fresh attempt (Pass@1, Retry@k) or the failed attempt's messages
 (Recovery@k); the policy appends to `harness.initial_messages(instruction, history)`, so the
 retry user turn opens every recovery attempt. Policies never verify: the protocol does that on
-a clone (reterm_jax.rl.evaluation).
+a clone (reterm_jax.rl.evaluation.protocols).
 
-Scripted policies run their commands DIRECTLY through `sandbox.exec` (the harness's persistent
-shell, its timeout and its observation format), not through run_episodes' `script=` path: that
-path needs a model and a sampler to teacher-force the tokens, which would make the oracle
-baseline (and its Pass@1 = 1.0 check) cost a model compile per run. Their token count is 0.
+The scripted policies run their commands through reterm_jax.rl.agent.scripted (no model, token
+count 0).
 """
 from __future__ import annotations
 
 import dataclasses
-import json
-import re
-import subprocess
 import threading
 import time
 import zlib
 
 import jax
 
-from reterm_jax.rl import harness
-from reterm_jax.rl.harness import Limits, format_observation, initial_messages
-
-DONE_CLAIM = "The task is complete."
-
-
-@dataclasses.dataclass
-class AttemptResult:
-    messages: list[dict]           # the whole conversation so far (history + this attempt)
-    end_reason: str                # one of harness.END_REASONS
-    tokens: int = 0                # tokens the model produced (0 for scripted policies)
-    context_tokens: int = 0        # tokens the model's cache saw (0 for scripted policies)
-    turns: int = 0
-    time_s: float = 0.0
-    error: str | None = None       # the attempt's own failure (sandbox broke, task unusable)
-    context: list[int] | None = None  # the model's exact token context at the attempt's end (model policy);
-    #                                   a Recovery@k continuation continues these, never a re-render
-
-
-# ---- solve.sh -> tool calls -------------------------------------------------------------------
-_HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
-
-
-def _complete(chunk: str) -> bool:
-    return subprocess.run(["bash", "-n", "-c", chunk], capture_output=True).returncode == 0
-
-
-def split_commands(script: str) -> list[str]:
-    """Top-level commands of a shell script, one tool call each. A chunk ends when bash -n accepts it
-    and no heredoc or line continuation is open. The shebang, `set -e`-style lines (a persistent
-    agent shell must not exit on the first error) and comment-only lines between commands are dropped."""
-    commands, chunk, heredocs = [], [], []
-    for line in script.splitlines():
-        if not chunk:
-            stripped = line.strip()
-            if not stripped or stripped.startswith("#") or re.fullmatch(r"set\s+-[a-z]+(\s+pipefail)?", stripped):
-                continue
-        chunk.append(line)
-        if heredocs:
-            if line.strip() == heredocs[0] or (line.lstrip("\t") == heredocs[0]):
-                heredocs.pop(0)
-        else:
-            heredocs.extend(m.group(2) for m in _HEREDOC.finditer(line))
-        if heredocs or line.endswith("\\"):
-            continue
-        text = "\n".join(chunk)
-        if _complete(text):
-            commands.append(text)
-            chunk = []
-    if chunk:
-        raise ValueError(f"script ends inside an unfinished command: {chr(10).join(chunk)[:200]!r}")
-    return _join_shell_variables(commands)
-
-
-_ASSIGN = re.compile(r"(?:^|[\s;&|(])([A-Za-z_][A-Za-z0-9_]*)=|(?:mapfile|readarray)\s+(?:-\S+\s+)*([A-Za-z_][A-Za-z0-9_]*)")
-
-
-def _join_shell_variables(commands: list[str]) -> list[str]:
-    """Only exported variables persist between tool calls, so a command that sets a plain shell
-    variable is joined with every later command that reads it."""
-    out, i = [], 0
-    while i < len(commands):
-        end, k = i, i
-        while k <= end:
-            for var in {a or b for a, b in _ASSIGN.findall(commands[k])}:
-                if re.search(rf"export\s+{var}=", commands[k]):
-                    continue
-                users = [m for m in range(end + 1, len(commands)) if re.search(rf"\$\{{?{var}\b", commands[m])]
-                end = max([end] + users)
-            k += 1
-        out.append("\n".join(commands[i:end + 1]))
-        i = end + 1
-    return out
-
-
-def _call(command: str, index: int) -> dict:
-    return {"id": f"call_{index}", "type": "function",
-            "function": {"name": "bash", "arguments": json.dumps({"command": command}, ensure_ascii=False)}}
-
-
-FAULT_OPENING = "I will make the change."  # the demo rows' failed attempts open with this
-
-
-def run_commands(task, sandbox, history, commands, claim: str = DONE_CLAIM, opening: str = "") -> AttemptResult:
-    """Run `commands` as one tool call each (assistant + tool message per call), then `claim`.
-    `opening`: the text of the first assistant message (the others say nothing besides the call)."""
-    start = time.monotonic()
-    messages = initial_messages(task.instruction, history)
-    timeout = min(harness.Limits().command_timeout_s, task.agent_timeout_s)
-    for i, command in enumerate(commands):
-        r = sandbox.exec(command, timeout=timeout)
-        messages.append({"role": "assistant", "content": "" if i else opening,
-                         "tool_calls": [_call(command, len(messages))]})
-        messages.append({"role": "tool", "content": format_observation(r.output, r.exit_code, r.timed_out)})
-        if r.error:  # the sandbox broke (not the command): the attempt is a masked failure
-            return AttemptResult(messages, harness.SANDBOX_ERROR, turns=i + 1,
-                                 time_s=time.monotonic() - start, error=r.error)
-    messages.append({"role": "assistant", "content": claim})
-    return AttemptResult(messages, harness.COMPLETED, turns=len(commands) + 1, time_s=time.monotonic() - start)
-
-
-def oracle_commands(task) -> list[str]:
-    return split_commands((task.solution_dir / "solve.sh").read_text())
+from reterm_jax.rl.agent.harness import Limits, initial_messages
+from reterm_jax.rl.agent.rollout import run_episodes
+from reterm_jax.rl.agent.scripted import FAULT_OPENING, AttemptResult, oracle_commands, run_commands
+from reterm_jax.rl.agent.turns import continuation_prompt
 
 
 def oracle(task, sandbox, history, index: int) -> AttemptResult:
@@ -166,7 +62,7 @@ class ModelPolicy:
     """The model through the bash harness. slots=0: one attempt = one `run_episodes` row, and
     attempts are serialised by a lock (one sampler, one cache) while the other tasks' sandboxes
     keep working. slots=N: concurrent attempts share N rows of one sampler (a `SlotEngine`
-    service, continuous batching: rl/continuous.py), so they decode together; an attempt samples
+    service, continuous batching: rl/agent/continuous.py), so they decode together; an attempt samples
     the same tokens either way (per-row keys). Called with `sample=` (the evaluation does,
     per_trial_keys), an attempt's key depends on (seed, task name, sample, attempt index,
     stream) alone, so it is the same in every run and for every policy scored on that trial;
@@ -181,7 +77,7 @@ class ModelPolicy:
         self._calls = 0
         self.engine = None
         if slots:
-            from reterm_jax.rl.continuous import SlotEngine
+            from reterm_jax.rl.agent.continuous import SlotEngine
             self.engine = SlotEngine(sampler, tokenizer, slots=slots, params=params).start()
 
     def close(self) -> None:
@@ -194,8 +90,6 @@ class ModelPolicy:
         continues them + the retry turn tokenised alone, as a GRPO recovery group does; re-rendering
         `history` instead would drop the earlier turns' <think> blocks and score a context the policy
         never trained on."""
-        from reterm_jax.rl.recovery import continuation_prompt
-        from reterm_jax.rl.rollout import run_episodes
         start = time.monotonic()
         # Honour the task's own agent timeout (the harness checks it between turns).
         limits = dataclasses.replace(self.limits, wall_clock_s=min(self.limits.wall_clock_s, task.agent_timeout_s))

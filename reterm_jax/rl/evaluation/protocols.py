@@ -1,6 +1,6 @@
 """Scoring protocols (docs/reterm_method.md, "Recovery protocol") and their aggregation.
 
-A policy is `attempt(task, sandbox, history, index) -> AttemptResult` (reterm_jax.rl.policies).
+A policy is `attempt(task, sandbox, history, index) -> AttemptResult` (reterm_jax.rl.evaluation.policies).
 Every attempt is verified by `sandbox.verify`. One that another attempt continues is verified on a
 clone of its state, so the verifier's own writes never reach the agent's sandbox; a trial's last
 attempt in its sandbox is verified in place, once its processes are killed (the same view):
@@ -29,7 +29,7 @@ import inspect
 import time
 from collections.abc import Callable
 
-from reterm_jax.rl.policies import AttemptResult
+from reterm_jax.rl.evaluation.policies import AttemptResult
 
 PROTOCOLS = ("pass@1", "retry@k", "recovery@k")
 Policy = Callable[..., AttemptResult]

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from reterm_jax.rl.trajectory import Trajectory
+from reterm_jax.rl.agent.trajectory import Trajectory
 
 BATCH_KEYS = ("tokens", "positions", "segment_ids", "targets", "loss_mask", "old_logprobs", "advantages", "weights",
               "staleness")
@@ -37,7 +37,7 @@ class Group:
     sandbox_errors: int = 0    # attempts the environment lost (masked), and failed bank-filling rounds
     verifier_failures: int = 0  # attempts whose verifier error the agent caused (reward 0, kept)
     # True for a member the policy did not sample: the teacher's recovery that replaced a failed
-    # attempt of an all-fail group (rl/guidance.py). Trained on like the others (its log-probs are
+    # attempt of an all-fail group (rl/grpo/guidance.py). Trained on like the others (its log-probs are
     # the policy's, teacher-forced); left out of the policy's reward and pass-rate metrics.
     guided: list[bool] = dataclasses.field(default_factory=list)
 
@@ -81,8 +81,8 @@ def groups_to_batch(groups: Sequence[Group], *, seq_len: int, pad_id: int, advan
     loss_mask[t+1]); old_logprobs[t] = the sampler's log-prob of targets[t]; advantages: the
     member's advantage on every position; weights: the row weight (per group or per row,
     times 0 for invalid members); staleness: the group's lag in policy versions on every position
-    (default 0; pad rows -1), so the step can tell the rows the current params sampled. Invalid members become all-pad rows (nothing to attend,
-    nothing trains), so the shapes stay static. A valid trajectory longer than seq_len is a
+    (default 0; pad rows -1), so the step can tell the rows the current params sampled. Invalid
+    members become all-pad rows (nothing to attend, nothing trains), so the shapes stay static. A valid trajectory longer than seq_len is a
     configuration error (ValueError): the rollout's Limits.max_tokens must be <= seq_len.
     """
     if len(advantages) != len(groups):

@@ -1,5 +1,4 @@
-"""Filling the failure bank, for RecoveryProducer (a mixin: it uses the producer's bank, tasks,
-tokenizer, cfg, stats, pool, verify_fn and scripts).
+"""Filling the failure bank; the recovery producer holds a BankFiller.
 
   collect(sampler, version, key)   one collection round: fresh attempts of the current policy on the
                                    next tasks; the verified failures are banked with their exact
@@ -11,19 +10,22 @@ Both verify an attempt on the image the bank then keeps (one `docker commit` per
 """
 from __future__ import annotations
 
+import inspect
 import logging
 import random
 
 import jax
 
-from reterm_jax.rl import harness
-from reterm_jax.rl.harness import initial_messages
-from reterm_jax.rl.rollout import _tokenize
-from reterm_jax.rl.sampler import Sampler
-from reterm_jax.rl.trajectory import Trajectory
-from reterm_jax.rl.workers import _new_id
+from reterm_jax.data.tokenizer import special_ids
+from reterm_jax.rl.agent import harness
+from reterm_jax.rl.agent.harness import initial_messages
+from reterm_jax.rl.agent.scripted import FAULT_OPENING, run_commands
+from reterm_jax.rl.agent.turns import tokenize
+from reterm_jax.rl.inference.sampler import Sampler
+from reterm_jax.rl.agent.trajectory import Trajectory
+from reterm_jax.rl.grpo.workers import new_id
 
-log = logging.getLogger("reterm_jax.rl.recovery")
+log = logging.getLogger("reterm_jax.rl.grpo.recovery")
 SCRIPTED_FAULT = "scripted_fault"  # end_reason (and policy_version -1) of failures seeded from fault_commands
 
 
@@ -31,16 +33,37 @@ def rendered_failure_tokens(tokenizer, messages: list[dict]) -> list[int]:
     """The tokens of a scripted failed attempt (`messages`: system, user, its turns): the chat
     template's render of messages + the retry user turn (exactly the context SFT rows train
     on), minus the retry turn's own tokens, so `tokens + retry_turn_text()` is that render."""
-    full = _tokenize(tokenizer, harness.prompt_text(initial_messages("", history=messages)))
-    retry = _tokenize(tokenizer, harness.retry_turn_text())
+    full = tokenize(tokenizer, harness.prompt_text(initial_messages("", history=messages)))
+    retry = tokenize(tokenizer, harness.retry_turn_text())
     if full[-len(retry):] != retry:
         raise ValueError("the chat template's render does not end with harness.retry_turn_text(); "
                          "the recovery prompt would not be token-exact")
     return full[:-len(retry)]
 
 
-class BankFilling:
-    """RecoveryProducer's collection rounds and scripted-fault seeding (see the module docstring)."""
+class BankFiller:
+    """Collection rounds and scripted-fault seeding (see the module docstring) into `bank`.
+
+    tasks: the tasks attempts are made on (round robin); cfg: a RecoveryConfig (collect_batch,
+    threshold, sampling, seed); stats: the producer's ProducerStats, counted into; run(sampler,
+    tokenizer, envs, messages, **kw) -> trajectories: the rollout engine; limits_for(tasks) -> the
+    attempts' Limits; map_fn(fn, items, max_workers=0) -> Outcomes; verify_fn(sandbox, task[,
+    snapshot=, in_place=]) -> VerifyResult; collect_script: teacher-forced text for fresh attempts
+    (tests); pool: the SandboxPool tool calls run on, or None. `pending_errors` counts the sandbox
+    errors of collection rounds until the producer reports them on its next group."""
+
+    def __init__(self, bank, tasks, tokenizer, cfg, stats, *, run, limits_for, map_fn, verify_fn,
+                 collect_script=None, pool=None):
+        self.bank, self.tasks, self.tokenizer, self.cfg, self.stats = bank, list(tasks), tokenizer, cfg, stats
+        self.run, self.limits_for, self.map, self.verify_fn = run, limits_for, map_fn, verify_fn
+        self.collect_script, self.pool = collect_script, pool
+        self.im_end = special_ids(tokenizer).im_end
+        accepts = inspect.signature(verify_fn).parameters
+        self._verify_on_bank_image = "snapshot" in accepts
+        # a fresh attempt is closed after its verdict: nothing continues from it
+        self._verify_kw = {"in_place": True} if cfg.verify == "in_place" and "in_place" in accepts else {}
+        self._task_cursor = 0
+        self.pending_errors = 0
 
     def _verify_for_bank(self, sandbox, task):
         """(VerifyResult, the bank snapshot it ran on or None): the state is committed once, as
@@ -63,20 +86,20 @@ class BankFilling:
         for _ in range(self.cfg.collect_batch):
             tasks.append(self.tasks[self._task_cursor % len(self.tasks)])
             self._task_cursor += 1
-        started = self._map(DockerSandbox.from_task, tasks)
+        started = self.map(DockerSandbox.from_task, tasks)
         pairs = [(t, o.value) for t, o in zip(tasks, started) if o.ok]
         for t, o in zip(tasks, started):
             if not o.ok:
                 log.warning("collect: could not start a sandbox for %s: %s", t.name, o.error)
-                self._pending_errors += 1
+                self.pending_errors += 1
                 self.stats.sandbox_errors += 1
         added = 0
         tasks, sandboxes = [p[0] for p in pairs], [p[1] for p in pairs]
         try:
             if not pairs:
                 return 0
-            trajs = self._run(sampler, self.tokenizer, sandboxes, [initial_messages(t.instruction) for t in tasks],
-                                 task_ids=[t.name for t in tasks], limits=self._limits(tasks), params=self.cfg.sampling,
+            trajs = self.run(sampler, self.tokenizer, sandboxes, [initial_messages(t.instruction) for t in tasks],
+                                 task_ids=[t.name for t in tasks], limits=self.limits_for(tasks), params=self.cfg.sampling,
                                  key=key, script=self.collect_script, pool=self.pool)
             self.stats.fresh_attempts += len(trajs)
             rows = [r for r, tr in enumerate(trajs) if tr.end_reason != harness.SANDBOX_ERROR]
@@ -85,7 +108,7 @@ class BankFilling:
                 if tr.end_reason == harness.SANDBOX_ERROR:
                     log.warning("collect: sandbox %s (task %s) failed during the attempt: %s", sandboxes[r].name,
                                 tasks[r].name, tr.error)
-            verified = self._map(lambda r: self._verify_for_bank(sandboxes[r], tasks[r]), rows)
+            verified = self.map(lambda r: self._verify_for_bank(sandboxes[r], tasks[r]), rows)
             for r, outcome in zip(rows, verified):
                 result, snap = outcome.value if outcome.ok else (None, None)
                 try:
@@ -109,7 +132,7 @@ class BankFilling:
                 finally:
                     if snap is not None:
                         snap.release()  # deletes the image unless the bank kept it
-            self._pending_errors += errors
+            self.pending_errors += errors
             self.stats.sandbox_errors += errors
             self.stats.failures_added += added
             return added
@@ -126,7 +149,6 @@ class BankFilling:
         `collect_batch` sandboxes at a time, as a collection round (before 2026-12-04 every task
         started a sandbox at once: 960 tasks paused 138 containers in `docker commit` on 2 cores
         and the bank held one entry after 4 minutes)."""
-        from reterm_jax.rl.policies import FAULT_OPENING, run_commands
         from reterm_jax.sandbox import DockerSandbox
         seeded = set()
         for entry_id in self.bank.entry_ids():
@@ -151,7 +173,7 @@ class BankFilling:
                         log.warning("seed: %s's fault attempt %s; not banked", task.name,
                                     f"errored ({v.error})" if v.error else "passed the verifier")
                         return 0
-                    traj = Trajectory(task_id=task.name, episode_id=_new_id(task.name), messages=res.messages,
+                    traj = Trajectory(task_id=task.name, episode_id=new_id(task.name), messages=res.messages,
                                       end_reason=SCRIPTED_FAULT)
                     traj.add_context(rendered_failure_tokens(self.tokenizer, res.messages))
                     self.bank.add(sb, task, traj, policy_version=-1, reward=v.reward, end_reason=SCRIPTED_FAULT,
@@ -161,7 +183,7 @@ class BankFilling:
                     if snap is not None:
                         snap.release()
         added = 0
-        for task, outcome in zip(todo, self._map(one, todo, max_workers=self.cfg.collect_batch)):
+        for task, outcome in zip(todo, self.map(one, todo, max_workers=self.cfg.collect_batch)):
             if outcome.ok:
                 added += outcome.value
             else:

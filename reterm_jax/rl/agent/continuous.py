@@ -47,13 +47,13 @@ import jax
 import numpy as np
 
 from reterm_jax.data.tokenizer import special_ids
-from reterm_jax.rl import harness
-from reterm_jax.rl.harness import Limits
-from reterm_jax.rl.rollout import (BatchTiming, _record_turn, _run_calls, _tokenize, apply_verification,
-                                   call_outcome, check_prefix, observe, turn_end_reason)
-from reterm_jax.rl.sampler import Sampler, row_keys
-from reterm_jax.rl.sampling import SamplingParams
-from reterm_jax.rl.trajectory import Trajectory
+from reterm_jax.rl.agent import harness
+from reterm_jax.rl.agent.harness import Limits
+from reterm_jax.rl.agent.rollout import BatchTiming, check_prefix
+from reterm_jax.rl.agent.turns import apply_verification, call_outcome, observe, record_turn, run_calls, tokenize, turn_end_reason
+from reterm_jax.rl.inference.sampler import Sampler, row_keys
+from reterm_jax.rl.inference.sampling import SamplingParams
+from reterm_jax.rl.agent.trajectory import Trajectory
 
 DECODE_BURST = 32  # decode steps per sampler call: how often tool results and free slots are looked at
 
@@ -136,7 +136,7 @@ class SlotEngine:
         traj = Trajectory(task_id=task_id, episode_id=f"{task_id}-{uuid.uuid4().hex[:12]}",
                           messages=[dict(m) for m in messages], train_from_message_index=len(messages))
         prompt = ([int(x) for x in prompt_tokens] if prompt_tokens is not None
-                  else _tokenize(self.tokenizer, harness.prompt_text(traj.messages)))
+                  else tokenize(self.tokenizer, harness.prompt_text(traj.messages)))
         episode = _Episode(env, traj, prompt, limits, key, script, verify_fn, Future())
         with self._wake:
             if self._closed:
@@ -249,7 +249,7 @@ class SlotEngine:
             else:
                 check_prefix(s, seen[s], traj.tokens, episode.previous)
                 budget = limits.max_tokens - len(traj.tokens)
-                forced = _tokenize(self.tokenizer, episode.script(traj)) if episode.script is not None else None
+                forced = tokenize(self.tokenizer, episode.script(traj)) if episode.script is not None else None
                 if forced is not None and len(forced) > limits.max_new_tokens_per_turn:
                     raise ValueError(f"forced tokens for {traj.episode_id}: {len(forced)} > "
                                      f"max_new_tokens={limits.max_new_tokens_per_turn}")
@@ -338,7 +338,7 @@ class SlotEngine:
                 continue  # the turn goes on in the next burst
             del turns[s]
             traj = episode.traj
-            parsed = _record_turn(traj, self.tokenizer, turn.tokens, turn.logprobs, gen.stopped[s],
+            parsed = record_turn(traj, self.tokenizer, turn.tokens, turn.logprobs, gen.stopped[s],
                                   time.monotonic() - turn.started, episode.turns)
             episode.turns += 1
             episode.previous = list(traj.tokens)
@@ -348,7 +348,7 @@ class SlotEngine:
                 self._free(s, reason)
             else:
                 timeout = episode.limits.command_timeout_s
-                self._tools[s] = self._submitter.submit(lambda env, p=parsed: _run_calls(env, p, timeout), episode.env)
+                self._tools[s] = self._submitter.submit(lambda env, p=parsed: run_calls(env, p, timeout), episode.env)
 
 
 def run_continuous(sampler: Sampler, tokenizer, envs: Sequence, messages: Sequence[list[dict]], *,

@@ -34,16 +34,17 @@ from reterm_jax.data import load_tokenizer, special_ids
 from reterm_jax.data.tokenizer import resolve_tokenizer
 from reterm_jax.model.stacked import per_layer_graphdef
 from reterm_jax.parallel.mesh import make_mesh
-from reterm_jax.rl.policy_store import PolicyStore, device_copy
-from reterm_jax.rl.sampler import PREFILL_CHUNK, Sampler, inference_params, weight_shardings
-from reterm_jax.rl.stream import GroupStream
-from reterm_jax.rl.workers import RolloutWorkers
+from reterm_jax.rl.inference.policy_store import PolicyStore, device_copy
+from reterm_jax.rl.inference.sampler import PREFILL_CHUNK, Sampler, inference_params, weight_shardings
+from reterm_jax.rl.grpo.stream import GroupStream
+from reterm_jax.rl.grpo.workers import RolloutWorkers
 from reterm_jax.train.checkpointing import Checkpointer
-from reterm_jax.train.grpo_config import SECTIONS, check_config, check_rows_per_process, check_sections, stream_config
-from reterm_jax.train.grpo_init import ROOT, initial_params, load_warm_start, warm_start_sft
-from reterm_jax.train.grpo_rollout import (all_reduce_stats, bank_directory, make_producers, producer_counters,
+from reterm_jax.rl.grpo.failure_bank import check_not_in_use
+from reterm_jax.rl.grpo.config import SECTIONS, check_config, check_rows_per_process, check_sections, stream_config
+from reterm_jax.rl.grpo.init import initial_params, load_warm_start, warm_start_sft
+from reterm_jax.rl.grpo.rollout import (all_reduce_stats, bank_directory, make_producers, producer_counters,
                                            rollout_seed)
-from reterm_jax.train.grpo_step import make_grpo_step, put_batch
+from reterm_jax.rl.grpo.step import make_grpo_step, put_batch
 from reterm_jax.train.metrics import MetricsLogger
 from reterm_jax.train.optimizer import make_optimizer
 from reterm_jax.train.run_files import export_hf, write_run_files
@@ -53,7 +54,7 @@ from reterm_jax.train.state import (abstract_params, abstract_train_state, creat
 
 # re-exported: callers import these from here (tests, bench/, the command line)
 __all__ = ["train", "check_config", "check_sections", "check_rows_per_process", "stream_config", "SECTIONS",
-           "initial_params", "load_warm_start", "warm_start_sft", "ROOT", "make_producers", "rollout_seed",
+           "initial_params", "load_warm_start", "warm_start_sft", "make_producers", "rollout_seed",
            "bank_directory", "producer_counters", "all_reduce_stats"]
 
 # the stream stats that go to the console line next to the train metrics
@@ -74,6 +75,8 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
     check_config(config, mesh.shape["data"] * mesh.shape["fsdp"])
     check_rows_per_process(mesh, config.stream.groups_per_step * config.rollout.group_size)
     workdir = os.path.abspath(workdir)
+    if config.env.kind == "docker":  # a second trainer on this workdir: one line now, not after the model loads
+        check_not_in_use(bank_directory(workdir), workdir)
     os.makedirs(workdir, exist_ok=True)
     tokenizer_dir = resolve_tokenizer(config.env.get("tokenizer", ""), config.model.hf_path,
                                       model_config_of(config.model).vocab_size)

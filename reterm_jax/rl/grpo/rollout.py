@@ -1,4 +1,4 @@
-"""GRPO's rollout side as train/grpo.py builds it: the producers (recovery groups from the failure
+"""GRPO's rollout side as rl/grpo/loop.py builds it: the producers (recovery groups from the failure
 bank, or the synthetic task), the failure bank's directory, the workers' seeds per process, and
 the stream's and producers' counters combined over processes for the metrics.
 """
@@ -12,8 +12,8 @@ import jax
 import numpy as np
 from absl import logging
 
-from reterm_jax.rl.harness import Limits
-from reterm_jax.rl.sampling import SamplingParams
+from reterm_jax.rl.agent.harness import Limits
+from reterm_jax.rl.inference.sampling import SamplingParams
 
 def rollout_seed(seed: int, start: int) -> int:
     """The workers' / stream's seed: seed + start on process 0 (a single process as before), a
@@ -41,7 +41,7 @@ _MAXED = ("staleness_max",)
 
 
 def producer_counters(producers) -> dict[str, float]:
-    """This process's producers' counters (rl/recovery.py ProducerStats: collection rounds, banked
+    """This process's producers' counters (rl/grpo/recovery.py ProducerStats: collection rounds, banked
     failures, sandbox and verifier errors, guided groups...) summed, as `producer_<name>`. They
     count from this process's start (a resumed run starts them at 0); summed across processes."""
     totals: dict[str, float] = {}
@@ -70,7 +70,7 @@ def all_reduce_stats(scalars: dict) -> dict:
 
 def make_producers(config, workdir, sampler, tokenizer, n: int):
     """(producers, failure bank or None): n producers (one per worker thread) of one kind."""
-    from reterm_jax.rl.workers import SyntheticProducer, match_fraction
+    from reterm_jax.rl.grpo.workers import SyntheticProducer, match_fraction
     r, env = config.rollout, config.env
     sampling = SamplingParams(temperature=r.temperature, top_k=r.top_k, top_p=r.top_p)
     if env.kind == "synthetic":
@@ -78,8 +78,8 @@ def make_producers(config, workdir, sampler, tokenizer, n: int):
         return [SyntheticProducer(sampler, [int(t) for t in env.synthetic_prompt], group_size=r.group_size,
                                   max_new_tokens=len(target), reward_fn=match_fraction(target), sampling=sampling,
                                   threshold=env.threshold) for _ in range(n)], None
-    from reterm_jax.rl.failure_bank import FailureBank
-    from reterm_jax.rl.recovery import RecoveryConfig, RecoveryProducer
+    from reterm_jax.rl.grpo.failure_bank import FailureBank
+    from reterm_jax.rl.grpo.recovery import RecoveryConfig, RecoveryProducer
     from reterm_jax.sandbox import load_task
     from reterm_jax.sandbox.sandbox import use_config_runtime
     use_config_runtime(config)

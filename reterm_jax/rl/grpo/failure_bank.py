@@ -46,6 +46,7 @@ from pathlib import Path
 import docker
 import numpy as np
 
+from reterm_jax.errors import UserError
 from reterm_jax.sandbox import labels
 from reterm_jax.sandbox.client import SandboxError, get_client, retry
 from reterm_jax.sandbox.sandbox import DockerSandbox, Limits
@@ -58,8 +59,26 @@ VERSION = 1
 IMAGE_REPO = "reterm-bank"
 
 
-class FailureBankError(ValueError):
-    """A bank directory that cannot be used; the message names the file and the fix."""
+class FailureBankError(UserError):
+    """A bank directory that cannot be used; the message names the file and the fix (a UserError:
+    the command lines print it as one line)."""
+
+
+def check_not_in_use(directory, workdir: str) -> None:
+    """Raise FailureBankError, naming `workdir`, when a FailureBank (another trainer on the same
+    workdir) holds `directory`'s lock. Cheap, creates nothing: a trainer calls it before it loads
+    a model, so a second run on a workdir in use stops with one line instead of after minutes."""
+    lock = Path(directory) / ".lock"
+    if not lock.is_file():
+        return
+    with open(lock, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise FailureBankError(
+                f"--workdir={workdir}: its failure bank {directory} is in use by another trainer (a process holds "
+                f"{lock}); stop that run first, or give this one another --workdir") from None
+        fcntl.flock(f, fcntl.LOCK_UN)
 
 
 @dataclasses.dataclass
@@ -155,9 +174,9 @@ class FailureBank:
         except OSError as e:
             self._lock_file.close()
             raise FailureBankError(
-                f"failure bank {self.directory} is open in another FailureBank (this or another "
-                "process holds its .lock); close() that one first: two writers would prune each "
-                "other's images") from e
+                f"failure bank {self.directory} is in use: another trainer on this workdir (or another "
+                "FailureBank) holds its .lock; stop that run (close() that bank) first, or give this run "
+                "another --workdir (two writers would prune each other's images)") from e
         try:
             self._open()
         except BaseException:

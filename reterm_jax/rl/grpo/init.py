@@ -1,10 +1,9 @@
 """GRPO's starting params: an SFT warm start (init.checkpoint: an HF dir or an orbax checkpoint,
-else the automatic short SFT of configs/sft.py:tiny for the tiny preset), model.hf_path, or a
+else the automatic short SFT of the tiny SFT preset, reterm_jax.presets.sft), model.hf_path, or a
 random init (init.from_scratch)."""
 from __future__ import annotations
 
 import glob
-import importlib.util
 import os
 
 import jax
@@ -12,27 +11,14 @@ from absl import logging
 from flax import nnx
 
 from reterm_jax.model.stacked import is_stacked, relayout_params
+from reterm_jax.presets import sft as sft_presets
 from reterm_jax.train.state import abstract_params, init_params, parse_dtype
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _load_config_file(name: str):
-    path = os.path.join(ROOT, "configs", f"{name}.py")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path} not found: the automatic SFT warm start needs the repository's configs/; "
-                                "pass --config.init.checkpoint=<SFT run>/checkpoints instead")
-    spec = importlib.util.spec_from_file_location(f"reterm_configs_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def warm_start_sft(config, workdir: str) -> str:
     """The short SFT of configs/sft.py:tiny (same model section) in <workdir>/sft; reused when it
     already finished there, resumed when it stopped half-way. Returns its checkpoints dir."""
     from reterm_jax.train import sft
-    sft_config = _load_config_file("sft").get_config("tiny")
+    sft_config = sft_presets.get_config("tiny")
     sft_config.model = config.model.copy_and_resolve_references()
     sft_config.seed = config.seed
     sft_config.mesh = config.mesh.copy_and_resolve_references()
@@ -69,7 +55,7 @@ def load_warm_start(path: str, config, mesh, abs_params, param_shardings):
         params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
     else:
         import orbax.checkpoint as ocp
-        from reterm_jax.convert import find_params_dir
+        from reterm_jax.train.checkpointing import find_params_dir
         params_dir = find_params_dir(path)
         want_stacked = is_stacked(abs_params)
         read_abs, read_shardings = abs_params, param_shardings
