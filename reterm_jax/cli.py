@@ -150,3 +150,21 @@ def quiet_libraries(*, explicit_verbosity: bool = False) -> None:
     # optax's polynomial schedule warns when a short run has no decay left after its warmup;
     # the loops already size decay_steps to the run.
     warnings.filterwarnings("ignore", message=".*transition_steps.*", module="optax")
+
+
+def describe_config(config, docs: dict[str, str] | None = None) -> str:
+    """The resolved config (after the --config.a.b=value overrides), one `section.field = value` line
+    each, sorted, with the field's one-line doc where `docs` has one."""
+    docs = docs or {}
+    lines = []
+
+    def walk(node, prefix: str) -> None:
+        for key in sorted(node.keys()):
+            value, path = node[key], f"{prefix}{key}"
+            if hasattr(value, "keys"):
+                walk(value, path + ".")
+            else:
+                text = docs.get(path, "")
+                lines.append(f"{path} = {value!r}" + (f"    # {text}" if text else ""))
+    walk(config, "")
+    return "\n".join(lines)

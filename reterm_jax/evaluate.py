@@ -20,15 +20,18 @@ from ml_collections import config_flags
 from reterm_jax import cli
 from reterm_jax.errors import UserError
 from reterm_jax.rl.evaluation import protocols as evaluation
+from reterm_jax.rl.evaluation.config import check_config, field_docs, protocol_names
 
-_CONFIG = config_flags.DEFINE_config_file("config", "configs/eval.py", "configs/eval.py[:tiny|qwen3_5_9b]",
-                                          lock_config=True)
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", os.path.join(os.path.dirname(os.path.abspath(__file__)), "presets", "eval.py"),
+    "configs/eval.py[:tiny|qwen3_5_9b] (default: the package's eval preset)", lock_config=True)
 _TASKS = flags.DEFINE_string("tasks", None, "A directory of task dirs, or one task dir.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory (default ./runs/eval-<timestamp>).")
 _OUT = flags.DEFINE_string("out", None, "Results JSON path (default <workdir>/results.json).")
 _BASELINE = flags.DEFINE_string("baseline", None, "Another run's results JSON on the same tasks (e.g. the warm "
                                 "start's): also print this policy minus that one per protocol, paired over tasks, "
                                 "with a 95% bootstrap interval.")
+_SHOW = flags.DEFINE_bool("show_config", False, "Print the resolved config, one field a line with its doc, and exit.")
 
 
 def task_dirs(path: str) -> list[Path]:
@@ -77,7 +80,7 @@ def build_model_policy(config):
     ids = special_ids(tok)
     sampler = Sampler(model, stop_ids=ids.stop, pad_id=ids.pad, max_length=m.max_length)
     return ModelPolicy(sampler, tok, Limits(**config.limits.to_dict()), SamplingParams(**config.sampling.to_dict()),
-                       seed=config.seed, slots=int(config.get("slots", 0)))
+                       seed=config.seed, slots=int(config.slots))
 
 
 def make_policy(config):
@@ -89,54 +92,12 @@ def make_policy(config):
     raise UserError(f"--config.policy={config.policy!r}: use model, oracle or fault_then_oracle")
 
 
-def protocol_names(config) -> list[str]:
-    protocols = [p.strip() for p in config.protocol.names.split(",") if p.strip()]
-    unknown = [p for p in protocols if p not in evaluation.PROTOCOLS]
-    if unknown or not protocols:
-        raise UserError(f"--config.protocol.names={config.protocol.names!r}: unknown {unknown}; choose from "
-                        f"{', '.join(evaluation.PROTOCOLS)}")
-    return protocols
-
-
-def check_config(config) -> None:
-    """What the user typed, checked before any model loads or sandbox starts (one-line UserError)."""
-    from reterm_jax.rl.evaluation import policies
-    if config.policy not in (*policies.SCRIPTED, "model"):
-        raise UserError(f"--config.policy={config.policy!r}: use model, {', '.join(policies.SCRIPTED)}")
-    protocol_names(config)
-    for name, value in (("jobs", config.jobs), ("protocol.k", config.protocol.k),
-                        ("protocol.n_samples", config.protocol.n_samples), ("model.max_length", config.model.max_length),
-                        ("limits.max_turns", config.limits.max_turns), ("limits.max_tokens", config.limits.max_tokens),
-                        ("limits.max_new_tokens_per_turn", config.limits.max_new_tokens_per_turn)):
-        if value < 1:
-            raise UserError(f"--config.{name}={value}: must be >= 1")
-    if config.get("slots", 0) < 0:
-        raise UserError(f"--config.slots={config.slots}: must be >= 0 (0: one attempt at a time)")
-    for name, value in (("limits.wall_clock_s", config.limits.wall_clock_s),
-                        ("limits.command_timeout_s", config.limits.command_timeout_s)):
-        if value <= 0:
-            raise UserError(f"--config.{name}={value}: must be > 0")
-    if config.policy != "model":
-        return
-    m = config.model
-    if m.hf_path and not os.path.isfile(os.path.join(m.hf_path, "config.json")):
-        what = "no such directory" if not os.path.isdir(m.hf_path) else "no config.json in it (not an HF model dir)"
-        raise UserError(f"--config.model.hf_path={m.hf_path}: {what}")
-    if m.checkpoint and not os.path.isdir(m.checkpoint):
-        raise UserError(f"--config.model.checkpoint={m.checkpoint}: no such directory")
-    if m.tokenizer and m.tokenizer != "qwen3.5" and not os.path.isfile(os.path.join(m.tokenizer, "tokenizer.json")):
-        raise UserError(f"--config.model.tokenizer={m.tokenizer}: no tokenizer.json there (a tokenizer directory, "
-                        "or \"qwen3.5\")")
-    if not (m.hf_path or m.checkpoint) and m.preset != "tiny":
-        raise UserError(f"preset {m.preset}: set --config.model.hf_path or --config.model.checkpoint")
-
-
 def evaluate(config, dirs: list[Path], policy) -> list[evaluation.Trial]:
     """Every (task, protocol, sample) trial on a SandboxPool, in input order."""
     from tqdm import tqdm
 
     from reterm_jax.sandbox import DockerSandbox, SandboxPool, load_task, verify
-    protocols = protocol_names(config)
+    protocols = protocol_names(config.protocol.names)
     jobs = [(d, p, s) for d in dirs for p in protocols for s in range(config.protocol.n_samples)]
 
     def run(job):
@@ -172,6 +133,10 @@ def main(argv):
     if len(argv) > 1:
         raise UserError(f"unexpected arguments {argv[1:]}; settings go in --config.a.b=value flags")
     config = _CONFIG.value
+    if _SHOW.value:
+        check_config(config)
+        print(cli.describe_config(config, field_docs()))
+        return 0
     if not _TASKS.value:
         raise UserError("--tasks=DIR is required")
     dirs = task_dirs(_TASKS.value)

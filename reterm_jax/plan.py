@@ -140,7 +140,7 @@ def estimate(cfg, n_devices: int, *, rollout_batch: int = 0, rollout_len: int = 
         # reference when kl_coef > 0, and the samplers' caches: each worker's rows split over
         # data x fsdp (as far as they divide) and K/V heads over tensor (rl/inference/sampler.py).
         inference = jnp.dtype(cfg.rollout.get("param_dtype") or param_dtype)
-        whole = sizes["fsdp"] if cfg.rollout.get("weights_sharding", "train") == "tensor" else 1  # "embed" whole
+        whole = sizes["fsdp"] if cfg.rollout.weights_sharding == "tensor" else 1  # "embed" whole
         out["policy_copy"] = param_bytes * inference.itemsize / param_dtype.itemsize * whole
         out["reference"] = param_bytes if cfg.loss.kl_coef > 0 else 0
         out["rollout_rows"] = rollout_batch
@@ -188,7 +188,7 @@ def advice(cfg, n_devices: int, hbm: float, *, rollout_batch: int, rollout_len: 
     if grpo and jnp.dtype(cfg.rollout.get("kv_cache_dtype") or cfg.model.dtype).itemsize > 1:
         tries.append(("--config.rollout.kv_cache_dtype=float8_e4m3fn",
                       lambda c: c.rollout.update(dict(kv_cache_dtype="float8_e4m3fn"))))
-    if grpo and cfg.rollout.get("weights_sharding", "train") == "tensor":
+    if grpo and cfg.rollout.weights_sharding == "tensor":
         tries.append(("--config.rollout.weights_sharding=train (decoding then gathers the weights over fsdp)",
                       lambda c: c.rollout.update(dict(weights_sharding="train"))))
     if grpo and rollout_batch > 1:
@@ -423,7 +423,7 @@ def report(cfg, n_devices: int, est: dict, hbm: float, compiled: dict | None = N
              f"({100 * est['train_total'] / hbm:.0f}%){'  DOES NOT FIT' if est['train_total'] > hbm else ''}"]
     if grpo:
         lines += [f"  policy copy      {gb(est['policy_copy'])}   (the published params the samplers read; "
-                  f"split as rollout.weights_sharding={cfg.rollout.get('weights_sharding', 'train')})",
+                  f"split as rollout.weights_sharding={cfg.rollout.weights_sharding})",
                   f"  reference model  {gb(est['reference'])}   (frozen warm start; 0 when loss.kl_coef = 0)",
                   f"  rollout caches   {gb(est['rollout_cache'])}   ({est['rollout_rows']} rows x "
                   f"{cfg.rollout.cache_length} tokens over {max(1, cfg.rollout.workers)} worker(s); rows over "

@@ -34,14 +34,14 @@ def _abstract_sampler(cfg, mesh):
     from reterm_jax.model.hf_io import abstract_model
     from reterm_jax.parallel.rules import sampler_weight_rules
     from reterm_jax.parallel.rules import state_shardings as param_state_shardings
-    from reterm_jax.rl.inference.sampler import PREFILL_CHUNK, Sampler
+    from reterm_jax.rl.inference.sampler import Sampler
 
     config = plan_model_config(cfg.model)
     model = abstract_model(config, jnp.dtype(cfg.model.dtype), jnp.dtype(cfg.model.param_dtype))
     set_attention_impl(model, cfg.model.get("attention_impl", "auto"))
     graphdef, params = nnx.split(model)
     # the published copy's layout (rl/grpo/loop.py: PolicyStore(shardings=weight_shardings(...)))
-    shardings = param_state_shardings(params, mesh, sampler_weight_rules(cfg.rollout.get("weights_sharding", "train")))
+    shardings = param_state_shardings(params, mesh, sampler_weight_rules(cfg.rollout.weights_sharding))
     params = jax.tree.map(lambda v, s: v.replace(jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=s)), params,
                           shardings, is_leaf=lambda x: isinstance(x, nnx.Variable))
     dtype = cfg.rollout.get("param_dtype") or None
@@ -49,7 +49,7 @@ def _abstract_sampler(cfg, mesh):
     sampler = Sampler(nnx.merge(graphdef, params), stop_ids=(0,), pad_id=0, max_length=int(cfg.rollout.cache_length),
                       mesh=mesh, param_dtype=dtype, donate=True,
                       kv_cache_dtype=cfg.rollout.get("kv_cache_dtype") or None,
-                      prefill_chunk=int(cfg.rollout.get("prefill_chunk", PREFILL_CHUNK)))
+                      prefill_chunk=int(cfg.rollout.prefill_chunk))
     return sampler
 
 
@@ -108,7 +108,7 @@ def rollout_report(cfg, r: dict, train_total: float, hbm: float) -> list[str]:
         f"{r['mesh']}; decode compile {r['compile_decode_s']:.1f} s, prefill {r['compile_prefill_s']:.1f} s; "
         + (" ".join(r["xla_flags"]) if r.get("xla_flags") else "XLA:CPU's defaults") + "):",
         f"  sampler params   {gb(r['params_bytes'])}   ({r['param_dtype']}, rollout.weights_sharding="
-        f"{cfg.rollout.get('weights_sharding', 'train')}; one published copy, shared by the workers)",
+        f"{cfg.rollout.weights_sharding}; one published copy, shared by the workers)",
         f"  cache per worker {gb(r['cache_bytes'])}   (K/V {r['kv_spec']}: {r['kv_shard']} per device)",
         f"  decode temp      {gb(r['decode']['temp_size_in_bytes'])}   prefill chunk temp "
         f"{r['prefill']['temp_size_in_bytes'] / GB:.2f} GB",

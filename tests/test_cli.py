@@ -125,3 +125,17 @@ def test_a_second_trainer_on_a_workdir_in_use_gets_one_line(tmp_path):
     assert len(errors) == 1 and str(tmp_path / "w") in errors[0], errors  # the run's "mode grpo" note comes first
     assert "in use by another trainer" in errors[0] and "another --workdir" in errors[0]
     assert not (tmp_path / "w" / "checkpoints").exists()  # nothing was started
+
+
+def test_show_config_prints_the_resolved_fields_with_their_docs_and_trains_nothing(tmp_path):
+    proc = run("reterm_jax.train", "--config=configs/grpo.py", "--config.rollout.group_size=6", "--show_config",
+               f"--workdir={tmp_path / 'w'}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert "rollout.group_size = 6    # G attempts branched from each failure state" in lines
+    assert any(line.startswith("rollout.engine = 'continuous'    # ") for line in lines)
+    assert any(line.startswith("bank.failures_from = 'fault_commands'    # ") for line in lines)
+    assert any(line.startswith("optim.lr = ") for line in lines)  # untyped sections are listed too
+    assert not (tmp_path / "w").exists()
+    proc = run("reterm_jax.train", "--config=configs/sft.py", "--show_config")
+    assert proc.returncode == 0 and "train.steps = " in proc.stdout, proc.stderr[-2000:]

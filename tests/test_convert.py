@@ -109,7 +109,7 @@ def test_stacked_checkpoints_convert_and_warm_start_either_layout(tmp_path):
     import importlib.util
     from reterm_jax.model.stacked import is_stacked, stack_params
     from reterm_jax.parallel.mesh import make_mesh
-    from reterm_jax.rl.grpo.loop import load_warm_start
+    from reterm_jax.rl.grpo.init import load_warm_start
     from reterm_jax.train.state import abstract_params
 
     hf = build_hf_model("gqa2_conv4_untied", dtype=torch.bfloat16, seed=13, num_hidden_layers=4,

@@ -56,7 +56,7 @@ def test_partial_credit_ranks_failed_attempts_below_any_resolved_one():
 
 def test_a_bad_partial_credit_is_a_user_error():
     from reterm_jax.errors import UserError
-    from reterm_jax.rl.grpo.loop import check_config
+    from reterm_jax.rl.grpo.config import check_config
     from test_grpo_train import synthetic_config
     c = synthetic_config(1)
     c.rollout.partial_credit = 0.5

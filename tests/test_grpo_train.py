@@ -6,7 +6,6 @@ import sys
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 from flax import nnx
@@ -24,9 +23,8 @@ sys.path.insert(0, os.path.join(ROOT, "configs"))
 
 
 def _loss_cfg(**kw):
-    c = dict(clip_low=0.2, clip_high=0.28, log_ratio_clamp=20.0, kl_coef=0.0)
-    c.update(kw)
-    return ml_collections.ConfigDict(c)
+    from reterm_jax.rl.grpo.config import Loss
+    return Loss(**kw)
 
 
 def _model_and_batch(b=4, t=24, vocab=64):
@@ -245,7 +243,7 @@ def test_grpo_on_sandboxes_checkpoints_and_resumes(docker_client, task_path, tmp
 def test_presets_check_and_match_the_sft_model():
     import grpo as grpo_config
     import sft as sft_config
-    from reterm_jax.rl.grpo.loop import check_config
+    from reterm_jax.rl.grpo.config import check_config
     for preset in ("tiny", "qwen3_5_9b"):
         c = grpo_config.get_config(preset)
         assert c.mode == "grpo"

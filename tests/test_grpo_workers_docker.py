@@ -137,7 +137,7 @@ def test_seeding_from_fault_commands_banks_the_scripted_failure_once(bank, task_
     from reterm_jax.rl.grpo.bank_fill import SCRIPTED_FAULT, rendered_failure_tokens
     task = load_task(task_path("make_greeting"))
     cfg = RecoveryConfig(group_size=2, limits=Limits.tiny(max_new_tokens_per_turn=160, max_tokens=2048),
-                         failures_from="fault_commands")
+                         failures_from="fault_commands", engine="lockstep")
     producer = RecoveryProducer(bank, [task], sampler, tok, cfg,
                                 script=lambda r, t: (FIX if r == 0 else GIVE_UP)[len(t.turns)])
     assert producer.seed_from_faults() == 1 and len(bank) == 1
@@ -169,7 +169,7 @@ def test_teacher_guidance_replaces_a_failed_member_of_an_all_fail_group(bank, ta
     groups = {}
     for guide in ("off", "teacher"):
         cfg = RecoveryConfig(group_size=2, limits=limits, failures_from="fault_commands", guide=guide,
-                             sampling=SamplingParams(0.7))
+                             sampling=SamplingParams(0.7), engine="lockstep")
         producer = RecoveryProducer(bank, [task], sampler, tok, cfg, script=lambda r, t: GIVE_UP[len(t.turns)])
         producer.seed_from_faults()
         groups[guide] = (producer.produce(0, None, jax.random.key(0)), producer)
@@ -281,7 +281,7 @@ def test_prefetch_branches_the_next_group_while_this_one_runs(bank, task_path, s
     started ahead."""
     task = load_task(task_path("make_greeting"))
     cfg = RecoveryConfig(group_size=2, limits=Limits.tiny(max_new_tokens_per_turn=160, max_tokens=2048),
-                         min_failures=2, collect_batch=2, prefetch=True)
+                         min_failures=2, collect_batch=2, prefetch=True, engine="lockstep")
     producer = RecoveryProducer(bank, [task], sampler, tok, cfg, script=lambda r, t: GIVE_UP[len(t.turns)],
                                 collect_script=lambda r, t: FAILED[len(t.turns)])
     branched = []

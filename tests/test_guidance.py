@@ -100,7 +100,7 @@ def test_replaced_member(valid, resolved, expected):
 
 def test_an_unknown_guide_is_a_user_error():
     from reterm_jax.errors import UserError
-    from reterm_jax.rl.grpo.loop import check_config
+    from reterm_jax.rl.grpo.config import check_config
     from test_grpo_train import synthetic_config
     c = synthetic_config(1)
     c.rollout.guide = "teacher"

@@ -85,7 +85,7 @@ def test_the_planner_counts_one_byte_a_kv_value():
 
 def test_a_dtype_the_sampler_does_not_take_is_a_user_error():
     from reterm_jax.errors import UserError
-    from reterm_jax.rl.grpo.loop import check_config
+    from reterm_jax.rl.grpo.config import check_config
     from test_grpo_train import synthetic_config
     c = synthetic_config(1)
     c.rollout.kv_cache_dtype = "float8_e4m3fn"

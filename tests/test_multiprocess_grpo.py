@@ -31,6 +31,7 @@ assert maybe_initialize()
 import jax
 from test_grpo_train import synthetic_config
 from reterm_jax.rl.grpo import loop as grpo
+from reterm_jax.rl.grpo.rollout import rollout_seed
 c = synthetic_config({steps})
 c.model.overrides.num_hidden_layers = 2
 c.mesh.data, c.mesh.fsdp, c.mesh.tensor = 1, 2, 2   # fsdp spans the two processes
@@ -41,7 +42,7 @@ out = grpo.train(c, sys.argv[1], stop_at_step=stop)
 resumed = out["resumed"]
 print("RESULT " + json.dumps({{"process": jax.process_index(), "count": jax.process_count(),
                               "losses": out["losses"], "rewards": out["rewards"], "last_step": out["last_step"],
-                              "policy_version": out["policy_version"], "seed": grpo.rollout_seed(c.seed, 0),
+                              "policy_version": out["policy_version"], "seed": rollout_seed(c.seed, 0),
                               "resumed": None if resumed is None else {{"step": resumed["step"],
                                                                       "policy_version": resumed["policy_version"],
                                                                       "stream": resumed["stream"]}}}}),

@@ -22,7 +22,7 @@ def test_tensor_layout_keeps_only_the_tensor_axis_of_the_params():
 
 def test_an_unknown_layout_or_prefill_chunk_is_a_user_error():
     from reterm_jax.errors import UserError
-    from reterm_jax.rl.grpo.loop import check_config
+    from reterm_jax.rl.grpo.config import check_config
     from test_grpo_train import synthetic_config
     c = synthetic_config(1)
     c.rollout.weights_sharding = "tensor"

@@ -94,7 +94,7 @@ def test_resume_reproduces_the_uninterrupted_losses(cli_run):
     for step in range(1, STEPS + 1):
         np.testing.assert_allclose(got[step], reference[step], rtol=1e-6, err_msg=f"step {step}")
     # experiments/learning/learning_run's control with no SFT to measure a step by counts these batches beforehand
-    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    sys.path.insert(0, os.path.join(ROOT, "experiments", "learning"))
     from learning_data import steps_for_tokens
 
     from reterm_jax.data.tokenizer import TINY_TOKENIZER_DIR
@@ -177,3 +177,18 @@ def test_a_damaged_latest_checkpoint_is_set_aside_and_the_run_resumes_from_the_p
     with pytest.raises(UserError, match=r"no checkpoint in .*checkpoints can be restored .* delete .*checkpoints"):
         train(c, workdir)
     assert sorted(d for d in os.listdir(os.path.join(workdir, "checkpoints")) if d.isdigit()) == ["2", "4"]
+
+
+def test_a_run_from_another_directory_finds_everything_in_the_package(tmp_path):
+    """`--config=<checkout>/configs/sft.py` started from a directory outside the checkout: the
+    preset's data, tokenizer and model come from the installed package, never from the cwd or
+    the checkout's root (an installed package runs the same way)."""
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "reterm_jax.train", f"--config={ROOT}/configs/sft.py",
+                           "--config.train.steps=2", "--config.checkpoint.every=2", f"--workdir={tmp_path / 'w'}"],
+                          cwd=cwd, capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, JAX_PLATFORMS="cpu", RETERM_XLA_CPU_DEFAULTS="0"))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert os.path.isfile(tmp_path / "w" / "hf" / "model.safetensors")
+    assert not os.listdir(cwd)  # nothing lands in the cwd

@@ -34,6 +34,7 @@ import grpo as grpo_config  # noqa: E402  (configs/grpo.py)
 from reterm_jax.rl.evaluation import protocols as evaluation  # noqa: E402
 from reterm_jax.rl.evaluation.policies import fault_then  # noqa: E402
 from reterm_jax.rl.grpo import loop as grpo  # noqa: E402
+from reterm_jax.rl.grpo.init import warm_start_sft  # noqa: E402
 from learning_eval import FAULT_RECOVERY, apply_sets, model_policy  # noqa: E402  (experiments/learning/)
 
 
@@ -111,7 +112,7 @@ def main() -> None:
         sys.exit(f"--eval_tasks={args.eval_tasks!r} matches no directories")
 
     t0 = time.time()
-    init = args.init or grpo.warm_start_sft(gcfg, workdir)  # <workdir>/sft/checkpoints
+    init = args.init or warm_start_sft(gcfg, workdir)  # <workdir>/sft/checkpoints
     gcfg.init.checkpoint = init
     print(f"warm start: {init} ({time.time() - t0:.0f}s)", flush=True)
 

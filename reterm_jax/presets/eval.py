@@ -14,6 +14,9 @@ The real recipe:
 """
 import ml_collections
 
+from reterm_jax.rl.evaluation.config import SECTIONS, Run
+from reterm_jax.typed_config import section_dict
+
 
 def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     if preset not in ("tiny", "qwen3_5_9b"):
@@ -21,31 +24,14 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.mode = "eval"
     c.seed = 0
-    c.policy = "oracle"             # model | oracle | fault_then_oracle
-    c.jobs = 2                      # trials running at once (each holds one sandbox, plus a verifier clone)
-    c.slots = 0                     # policy=model: sampler rows the concurrent attempts share (continuous
-    #                                 batching, rl/agent/continuous.py; e.g. = jobs); 0: one attempt decodes at a time
-    c.sandbox = ml_collections.ConfigDict(dict(runtime="runc"))  # runc | runsc (gVisor; docs/sandbox.md)
-
-    c.protocol = ml_collections.ConfigDict()
-    c.protocol.names = "pass@1,retry@k,recovery@k"  # comma-separated subset
-    c.protocol.k = 2                # attempts for Retry@k / Recovery@k
-    c.protocol.n_samples = 1        # independent trials per task and protocol
-
-    c.model = ml_collections.ConfigDict()
+    # Every field's type, default and doc: reterm_jax/rl/evaluation/config.py (one source; the tiny
+    # limits are GRPO's tiny rollout defaults; `--show_config` prints them all).
+    for name, value in section_dict(Run).items():
+        c[name] = value
+    for name, kind in SECTIONS.items():
+        c[name] = section_dict(kind)
     c.model.preset = preset
-    c.model.hf_path = ""            # HF checkpoint dir (weights + tokenizer)
-    c.model.checkpoint = ""         # orbax checkpoint (config.json beside it, or the HF dir in hf_path)
-    c.model.tokenizer = ""          # tokenizer dir, or "qwen3.5"; empty: hf_path's own, else the real
-    #                                 Qwen3.5 tokenizer for a 248k vocabulary, else the bundled tiny one
-    c.model.dtype = "float32"
-    c.model.max_length = 3584       # sampler cache length per row (configs/grpo.py:tiny's rollout.cache_length)
-
-    c.sampling = ml_collections.ConfigDict(dict(temperature=1.0, top_k=0, top_p=1.0))
-    # Harness limits (harness.Limits); the task's [agent].timeout_sec also caps wall_clock_s. The tiny
-    # ones are configs/grpo.py:tiny's rollout limits: a policy is scored under the limits it trained with.
-    c.limits = ml_collections.ConfigDict(dict(max_turns=18, max_tokens=3072, max_new_tokens_per_turn=384,
-                                              wall_clock_s=300.0, command_timeout_s=30.0))
+    c.sandbox = ml_collections.ConfigDict(dict(runtime="runc"))  # runc | runsc (gVisor; docs/sandbox.md)
 
     if preset == "qwen3_5_9b":
         c.policy = "model"

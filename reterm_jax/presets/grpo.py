@@ -15,6 +15,9 @@ stream counters), failure_bank/, tb/ and hf/ (the final export). Rerunning the s
 import ml_collections
 
 from reterm_jax.presets import sft
+from reterm_jax.rl.grpo.config import GRPO_SECTIONS
+from reterm_jax.train.config import SHARED
+from reterm_jax.typed_config import section_dict
 
 
 def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
@@ -27,145 +30,20 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     # The model section of the SFT preset (same tiny overrides), so the SFT warm start fits.
     c.model = sft.get_config(preset).model
 
-    c.init = ml_collections.ConfigDict()
-    c.init.checkpoint = ""          # SFT run's <workdir>/checkpoints (orbax) or an HF dir; empty + tiny:
-    #                                 run configs/sft.py:tiny into <workdir>/sft first (reused if there)
-    c.init.from_scratch = False     # True: random init (tests, synthetic env); no SFT
-    # Steps of that automatic SFT (0 = configs/sft.py's 300). 1200 (~10 min on 2 cores, loss ~1e-3)
-    # makes the tiny model reproduce the demo recoveries often enough that GRPO groups carry
-    # signal; after 300 steps its commands are still garbled and every group gets reward 0.
-    c.init.sft_steps = 1200
-    c.init.sft_data = ""            # rows of that automatic SFT; empty: configs/sft.py's (the bundled demo
-    #                                 rows); e.g. `python -m reterm_jax.tasks demos` of generated train tasks
-    c.init.sft_seq_len = 0          # its packed row length (0 = configs/sft.py's 2048); cover the longest row
-
-    c.env = ml_collections.ConfigDict()
-    c.env.kind = "docker"           # docker: Harbor tasks in sandboxes | synthetic: no Docker, known optimum
-    c.env.tasks = "tasks/*"         # glob of task dirs (fresh attempts fill the failure bank from these)
-    c.env.max_tasks = 0             # use the first N tasks of the glob (0 = all)
-    c.env.threshold = 1.0           # verified reward >= threshold: resolved
-    c.env.tokenizer = ""            # dir with tokenizer.json, or "qwen3.5"; empty: model.hf_path's own,
-    #                                 else the real Qwen3.5 tokenizer for a 248k vocabulary, else the tiny one
-    c.env.synthetic_prompt = (3, 1, 4, 1, 5)  # synthetic: the prompt's token ids
-    c.env.synthetic_target = (7, 7, 2, 9)     # synthetic: reward = fraction of the first len(target)
-    #                                           sampled tokens equal to this sequence
-
-    c.rollout = ml_collections.ConfigDict()
-    c.rollout.group_size = 4        # G attempts branched from each failure state
-    c.rollout.temperature = 1.0     # sampling temperature (the trainer scores under the same one)
-    c.rollout.top_k = 0             # GRPO needs the full distribution: 0 / 1.0 (checked)
-    c.rollout.top_p = 1.0
-    # harness.Limits per attempt (the task's agent timeout also caps the wall clock). A recovery
-    # attempt's context holds the failed attempt, so max_tokens covers both (<= train.seq_len).
-    # Tiny: the demo data's failed attempts are ~1.1-1.4k tokens, its turns ~70 tokens (90%: ~200).
-    c.rollout.max_turns = 18        # the longest demonstrated recovery (15 commands in the bundled demo
-    #                                 rows, 9 in generated tasks' demos) + 2 of slack + the closing claim
-    c.rollout.max_tokens = 3072
-    c.rollout.max_new_tokens_per_turn = 384  # the generated families' longest fix is one 311-token command
-    c.rollout.wall_clock_s = 300.0
-    c.rollout.command_timeout_s = 30.0
-    c.rollout.cache_length = 3584   # sampler cache slots per row (each row writes at its own index; a
-    #                                 row that fills ends as cache_full, masked: keep it >= max_tokens)
-    c.rollout.collect_batch = 2     # fresh attempts per bank-filling round
-    c.rollout.explore = 0.0         # probability of a bank-filling round before a group anyway
-    c.rollout.workers = 1           # background rollout threads (0: sample inline, in the train loop)
-    c.rollout.param_dtype = ""      # the samplers' weights: "" = the trainer's params as they are (fp32),
-    #                                 "bfloat16": a bf16 copy per policy version (half the bytes per decode step)
-    c.rollout.weights_sharding = "train"  # the samplers' weights on a mesh: "train" = the trainer's layout
-    #                                 (fsdp x tensor), "tensor" = split over tensor only, so decoding gathers no
-    #                                 weight (vLLM's layout; fsdp x the bytes; docs/grpo.md)
-    c.rollout.prefill_chunk = 4096  # tokens per model call when a sampler prefills a long history: its
-    #                                 activations are one chunk's whatever the history's length (0: one call)
-    c.rollout.kv_cache_dtype = ""   # the samplers' K/V cache: "" = the compute dtype; "float8_e4m3fn" halves
-    #                                 a bf16 cache (values rounded to fp8, no scales; docs/plan.md)
-    c.rollout.engine = "continuous"  # how a group's G attempts share the sampler: "continuous" (slots: a row
-    #                                 waiting on its sandbox pauses while the others decode, an ended attempt is
-    #                                 verified at once; rl/agent/continuous.py) or "lockstep" (a turn at a time, rows
-    #                                 wait for the slowest tool call). Same tokens for the same keys.
-    c.rollout.decode_burst = 32     # continuous: decode steps per sampler call between looks at the sandboxes
-    c.rollout.verify = "in_place"   # where an attempt's tests run: "in_place" (its own container, every process
-    #                                 it left killed first: nothing continues from it) or "clone" (a clone of its
-    #                                 committed state; ~0.3-0.5 s more per attempt; docs/grpo.md)
-    c.rollout.guide = "off"         # "teacher": a group whose G attempts all failed gets the task's oracle
-    #                                 recovery (solution/solve.sh as tool calls, teacher-forced through the policy,
-    #                                 verified on a branch of the same state) in place of one failed attempt, so the
-    #                                 states the policy cannot solve yet give a signal (off-policy guidance, LUFFY;
-    #                                 docs/grpo.md)
-    c.rollout.partial_credit = 0.0  # > 0 (below env.threshold): a failed attempt's training reward is this x
-    #                                 the "partial" score its verifier wrote (reward.json, 0-1: how close the state
-    #                                 came; generated ini-retarget tasks give one), so all-fail groups still rank
-    #                                 their attempts. 0 = binary rewards (the paper's). docs/grpo.md
-    c.rollout.prefetch_branches = True  # with workers > 0: a worker draws its next failure state when a group
-    #                                 starts and starts its G branches while the group runs (the entry is then
-    #                                 one of the in-flight ones a resume skips; docs/grpo.md)
-
-    c.bank = ml_collections.ConfigDict()
-    c.bank.max_entries = 64         # failure states kept (oldest pruned first)
-    c.bank.max_age_s = 7 * 24 * 3600.0
-    c.bank.max_bytes = 8 * 2**30    # snapshot images' layer bytes
-    c.bank.min_failures = 2         # collect fresh attempts while the bank holds fewer
-    # Where failure states come from: "policy" (the current policy's own failed attempts, the
-    # method) or "fault_commands" (each task's scripted failed attempt, banked once at the start,
-    # token-exact with the SFT demo rows' context; policy failures are still collected when the
-    # bank runs short or with rollout.explore). The tiny model's own attempts are not meaningful
-    # failures of a terminal task, so the tiny preset seeds from the scripted faults.
+    # Every section's fields, types, defaults and docs: reterm_jax/rl/grpo/config.py and, for the
+    # sections shared with SFT, reterm_jax/train/config.py (one source; `--show_config` prints them).
+    for name, kind in GRPO_SECTIONS.items():
+        c[name] = section_dict(kind)
+    for name in ("optim", "checkpoint", "mesh"):
+        c[name] = section_dict(SHARED[name])
+    # The tiny preset is those defaults, but for where failures come from: the tiny model's own first
+    # attempts are not meaningful failures of a terminal task, so it seeds the bank from each task's
+    # scripted fault (token-exact with the SFT demo rows' context; policy failures are still
+    # collected when the bank runs short or with rollout.explore).
     c.bank.failures_from = "fault_commands"
-    # next() visits entries whose recovery groups split (0 < pass rate < 1) first in each epoch, then
-    # untried ones, then those that always fail or pass
-    c.bank.retire_after = 3         # retire an entry after this many all-pass groups in a row (0 = never)
-    c.bank.max_version_lag = 0      # failures_from=policy: retire entries this many versions old (0 = never)
-
-    c.stream = ml_collections.ConfigDict()
-    c.stream.groups_per_step = 1    # groups with signal per optimizer step (rows = groups x G)
-    c.stream.queue_size = 2         # bounded group queue between workers and trainer (backpressure)
-    c.stream.max_staleness = 1      # policy versions a group may lag the trainer by
-    c.stream.staleness_mode = "weight"  # drop | weight (stale_weight ** (lag - max_staleness))
-    c.stream.stale_weight = 0.5
-    c.stream.min_valid = 2          # valid members a group needs (fewer: dropped)
-    c.stream.dynamic_sampling = True  # filter groups whose outcomes are all equal, backfill
-    c.stream.signal = "reward"      # what "all equal" compares: resolved | reward
-    c.stream.max_pulls_per_step = 2  # give up backfilling after this many groups (pad rows, the step
-    #                                  goes on; 0 = wait for signal, up to max_wait_s)
-    c.stream.max_wait_s = 1800.0    # with max_pulls_per_step=0: stop the run with a message after a step
-    #                                 has waited this long for its groups with signal (0 = forever)
-    c.stream.guided_failure_weight = 1.0  # rollout.guide=teacher: the row weight of a guided group's failed
-    #                                 attempts (0 = only the teacher's recovery trains; docs/grpo.md)
-    c.stream.overlong = "mask"      # none | mask | penalty (DAPO soft punishment, in tokens)
-    c.stream.overlong_max_tokens = 0  # tokens per attempt counted as overlong (0: truncated only)
-    c.stream.overlong_measure = "sampled"  # what overlong_max_tokens counts: sampled | context (the attempt's
-    #                                 whole token budget: history + retry + everything since)
-    c.stream.overlong_buffer = 0
-    c.stream.overlong_penalty = 1.0   # with overlong=penalty: must be a fraction of the success reward
-
-    c.loss = ml_collections.ConfigDict()
-    c.loss.advantage_mode = "grpo"  # grpo: (r - mean) / std | dr_grpo: r - mean
-    c.loss.clip_low = 0.2           # ratio clip 1 - 0.2 ...
-    c.loss.clip_high = 0.28         # ... 1 + 0.28 (clip-higher, DAPO)
-    c.loss.log_ratio_clamp = 20.0   # |logp - old_logp| clamped before exp
-    c.loss.kl_coef = 0.0            # k3 KL to the frozen warm start; 0 skips the reference forward
-    c.loss.dual_clip = 0.0          # > 1 (e.g. 3): bound the objective of A < 0 tokens at c * A (0 = off)
-    c.loss.tis_cap = 0.0            # > 0 (e.g. 2): PPO against the trainer's log-probs, tokens weighted by
-    #                                 min(pi_trainer / pi_sampler, cap): truncated importance sampling (0 = off)
-
-    c.optim = ml_collections.ConfigDict()
-    c.optim.lr = 1e-4
-    c.optim.warmup_steps = 0
-    c.optim.decay_steps = ml_collections.FieldReference(None, field_type=int)  # None: train.steps
-    c.optim.end_lr_ratio = 1.0      # constant after warmup
-    c.optim.b1, c.optim.b2, c.optim.eps = 0.9, 0.999, 1e-8
-    c.optim.weight_decay = 0.0
-    c.optim.grad_clip = 1.0
-    c.optim.mu_dtype = ""
-
-    c.train = ml_collections.ConfigDict()
-    c.train.steps = 5               # tiny: ~1-2 min a step on 2 CPU cores (up to 2 groups of 4 in sandboxes)
-    c.train.micro_batches = 1       # gradient accumulation over slices of the groups x G rows
-    c.train.seq_len = 3072          # row length: one trajectory per row (>= rollout.max_tokens)
-    c.train.log_every = 1
-    c.train.export_hf = True        # write <workdir>/hf at the end
-
-    c.checkpoint = ml_collections.ConfigDict(dict(every=5, keep=2, async_save=True))
-    c.mesh = ml_collections.ConfigDict(dict(data=1, fsdp=-1, tensor=1))
+    # GRPO's optimizer: a constant LR after no warmup, Adam's usual b2 (SFT's preset decays from 3e-3)
+    c.optim.lr, c.optim.warmup_steps, c.optim.end_lr_ratio, c.optim.b2 = 1e-4, 0, 1.0, 0.999
+    c.checkpoint.every = 5
     # runc (Docker's default) | runsc: gVisor, a user-space kernel between the agent and the host, for
     # untrusted agents; ~20x the exec latency (docs/performance.md). `RETERM_RUNSC=1 bash
     # launch/setup.sh` installs and registers it.

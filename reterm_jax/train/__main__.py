@@ -15,7 +15,10 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. con
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints, TensorBoard events and the HF export go here "
                                "(default ./runs/<mode>-<timestamp>).")
+_SHOW = flags.DEFINE_bool("show_config", False, "Print the resolved config (after the --config.a.b=value overrides), "
+                          "one field a line with its doc, and exit without training.")
 MODES = {"sft": "reterm_jax.train.sft", "grpo": "reterm_jax.rl.grpo.loop"}
+CHECKS = {"sft": "reterm_jax.train.config", "grpo": "reterm_jax.rl.grpo.config"}  # check_config, before JAX starts
 
 
 def main(argv):
@@ -28,8 +31,13 @@ def main(argv):
     if mode not in MODES:
         raise UserError(f"config.mode={mode!r} is not implemented; available modes: {sorted(MODES)}")
     import importlib
+    checks = importlib.import_module(CHECKS[mode])
+    checks.check_config(config)  # the user's typing, before JAX starts
+    if _SHOW.value:
+        docs = checks.field_docs() if hasattr(checks, "field_docs") else {}
+        print(cli.describe_config(config, docs))
+        return
     loop = importlib.import_module(MODES[mode])
-    loop.check_config(config)  # the user's typing, before JAX starts
     from reterm_jax.cpu_flags import apply_cpu_defaults
     # SFT only: measured faster there; GRPO's time is mostly the sampler's decode, where one
     # run each way was mixed (bench/sampler.py, docs/performance.md)

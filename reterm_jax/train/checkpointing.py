@@ -32,15 +32,6 @@ from jax.experimental import multihost_utils
 from reterm_jax.train.state import TrainState
 
 
-def check_checkpoint_fields(config) -> None:
-    """The run config's `checkpoint` section (a one-line UserError, before anything starts)."""
-    from reterm_jax.errors import UserError
-    c = config.checkpoint
-    for name in ("every", "keep"):
-        if c[name] < 1:
-            raise UserError(f"--config.checkpoint.{name}={c[name]}: must be >= 1")
-
-
 class Checkpointer:
     def __init__(self, directory: str, *, max_to_keep: int, save_every: int, async_save: bool = True):
         if save_every < 1 or max_to_keep < 1:

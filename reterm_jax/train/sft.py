@@ -17,11 +17,11 @@ from absl import logging
 
 from reterm_jax.data import BASH_TOOL, length_report, load_and_validate, load_tokenizer, sft_dataset
 from reterm_jax.errors import UserError
-from reterm_jax.data.sources import looks_local
 from reterm_jax.data.tokenizer import resolve_tokenizer
 from reterm_jax.parallel.mesh import make_mesh
 from reterm_jax.train import flops
-from reterm_jax.train.checkpointing import Checkpointer, check_checkpoint_fields
+from reterm_jax.train.checkpointing import Checkpointer
+from reterm_jax.train.config import check_config
 from reterm_jax.train.metrics import MetricsLogger
 from reterm_jax.train.optimizer import make_optimizer
 from reterm_jax.train.run_files import export_hf, write_run_files
@@ -29,37 +29,6 @@ from reterm_jax.train.state import model_config as model_config_of
 from reterm_jax.train.state import (abstract_params, abstract_train_state, create_train_state, init_params,
                                     train_state_shardings)
 from reterm_jax.train.step import make_train_step, put_batch
-
-
-def check_config(config, n_data_parallel: int | None = None) -> None:
-    """User errors in the config, each a one-line UserError naming the field, raised before anything
-    expensive happens. Without n_data_parallel only the fields are checked, with no JAX call (the
-    command line runs this before JAX starts); with it, also how the batch splits over the mesh."""
-    t, d = config.train, config.data
-    if not d.path:
-        raise UserError("--config.data.path is empty: pass --config.data.path=FILE_OR_DIR (ReTerm-10K rows)")
-    if looks_local(d.path) and not os.path.exists(os.path.expanduser(d.path)):
-        raise UserError(f"--config.data.path={d.path}: no such file or directory")
-    for name, value, low in (("train.steps", t.steps, 1), ("train.batch_size", t.batch_size, 1),
-                             ("train.micro_batches", t.micro_batches, 1), ("train.log_every", t.log_every, 1),
-                             ("data.seq_len", d.seq_len, 2), ("data.num_epochs", d.num_epochs, 0)):
-        if value < low:
-            raise UserError(f"--config.{name}={value}: must be >= {low}")
-    if d.overlong not in ("drop", "truncate"):
-        raise UserError(f"--config.data.overlong={d.overlong!r}: use drop or truncate")
-    if t.batch_size % t.micro_batches:
-        raise UserError(f"--config.train.batch_size={t.batch_size} must be a multiple of train.micro_batches="
-                        f"{t.micro_batches}")
-    check_checkpoint_fields(config)
-    if n_data_parallel is None:
-        return
-    if (t.batch_size // t.micro_batches) % n_data_parallel:
-        raise UserError(f"each micro-batch ({t.batch_size // t.micro_batches} rows) must split evenly over the "
-                        f"{n_data_parallel} data-parallel devices (mesh data x fsdp); change train.batch_size, "
-                        "train.micro_batches or the mesh")
-    if t.batch_size % jax.process_count():
-        raise UserError(f"--config.train.batch_size={t.batch_size} must be a multiple of the "
-                        f"{jax.process_count()} hosts")
 
 
 def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:

@@ -15,7 +15,7 @@ from reterm_jax.presets import sft as sft_presets
 from reterm_jax.train.state import abstract_params, init_params, parse_dtype
 
 def warm_start_sft(config, workdir: str) -> str:
-    """The short SFT of configs/sft.py:tiny (same model section) in <workdir>/sft; reused when it
+    """The short SFT of the tiny SFT preset (same model section) in <workdir>/sft; reused when it
     already finished there, resumed when it stopped half-way. Returns its checkpoints dir."""
     from reterm_jax.train import sft
     sft_config = sft_presets.get_config("tiny")
@@ -24,9 +24,9 @@ def warm_start_sft(config, workdir: str) -> str:
     sft_config.mesh = config.mesh.copy_and_resolve_references()
     if config.init.sft_steps:
         sft_config.train.steps = config.init.sft_steps
-    if config.init.get("sft_data"):
+    if config.init.sft_data:
         sft_config.data.path = config.init.sft_data
-    if config.init.get("sft_seq_len"):
+    if config.init.sft_seq_len:
         sft_config.data.seq_len = config.init.sft_seq_len
     sft_dir = os.path.join(workdir, "sft")
     ckpt_dir = os.path.join(sft_dir, "checkpoints")

@@ -35,13 +35,13 @@ from reterm_jax.data.tokenizer import resolve_tokenizer
 from reterm_jax.model.stacked import per_layer_graphdef
 from reterm_jax.parallel.mesh import make_mesh
 from reterm_jax.rl.inference.policy_store import PolicyStore, device_copy
-from reterm_jax.rl.inference.sampler import PREFILL_CHUNK, Sampler, inference_params, weight_shardings
+from reterm_jax.rl.inference.sampler import Sampler, inference_params, weight_shardings
 from reterm_jax.rl.grpo.stream import GroupStream
 from reterm_jax.rl.grpo.workers import RolloutWorkers
 from reterm_jax.train.checkpointing import Checkpointer
 from reterm_jax.rl.grpo.failure_bank import check_not_in_use
-from reterm_jax.rl.grpo.config import SECTIONS, check_config, check_rows_per_process, check_sections, stream_config
-from reterm_jax.rl.grpo.init import initial_params, load_warm_start, warm_start_sft
+from reterm_jax.rl.grpo.config import check_config, check_rows_per_process, stream_config
+from reterm_jax.rl.grpo.init import initial_params
 from reterm_jax.rl.grpo.rollout import (all_reduce_stats, bank_directory, make_producers, producer_counters,
                                            rollout_seed)
 from reterm_jax.rl.grpo.step import make_grpo_step, put_batch
@@ -52,10 +52,7 @@ from reterm_jax.train.state import model_config as model_config_of
 from reterm_jax.train.state import (abstract_params, abstract_train_state, create_train_state, parse_dtype,
                                     train_state_shardings)
 
-# re-exported: callers import these from here (tests, bench/, the command line)
-__all__ = ["train", "check_config", "check_sections", "check_rows_per_process", "stream_config", "SECTIONS",
-           "initial_params", "load_warm_start", "warm_start_sft", "make_producers", "rollout_seed",
-           "bank_directory", "producer_counters", "all_reduce_stats"]
+__all__ = ["train"]
 
 # the stream stats that go to the console line next to the train metrics
 _SHOWN = ("reward_mean", "pass_rate", "groups_filtered_frac", "staleness_mean", "rollout_groups_per_s",
@@ -70,15 +67,14 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
     "resumed": {"step", "policy_version", "bank"} or None, "policy_version": the last published,
     "updated_steps", "skipped_steps", "target_tokens": loss tokens of this call's updates}."""
     # ---- 1. mesh, tokenizer --------------------------------------------------------------------------
-    check_sections(config)
     mesh = make_mesh(**config.mesh)
-    check_config(config, mesh.shape["data"] * mesh.shape["fsdp"])
+    cfg = check_config(config, mesh.shape["data"] * mesh.shape["fsdp"])  # the typed GRPO sections
     check_rows_per_process(mesh, config.stream.groups_per_step * config.rollout.group_size)
     workdir = os.path.abspath(workdir)
     if config.env.kind == "docker":  # a second trainer on this workdir: one line now, not after the model loads
         check_not_in_use(bank_directory(workdir), workdir)
     os.makedirs(workdir, exist_ok=True)
-    tokenizer_dir = resolve_tokenizer(config.env.get("tokenizer", ""), config.model.hf_path,
+    tokenizer_dir = resolve_tokenizer(config.env.tokenizer, config.model.hf_path,
                                       model_config_of(config.model).vocab_size)
     tokenizer = load_tokenizer(tokenizer_dir)
     ids = special_ids(tokenizer)
@@ -125,34 +121,34 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
     version = resumed["policy_version"] if resumed else start
     # the samplers' weights: one copy per policy version, in rollout.param_dtype (bf16 on the 9B preset)
     inference_dtype = parse_dtype(config.rollout.param_dtype, "rollout.param_dtype") \
-        if config.rollout.get("param_dtype") else None
+        if config.rollout.param_dtype else None
     # one process: the samplers' state is split over the trainer's mesh (rows over data x fsdp,
     # K/V heads over tensor); several processes sample on host-local copies (policy_store.py)
     sampler_mesh = mesh if mesh.size > 1 and jax.process_count() == 1 else None
     # the store publishes per layer (a stacked trainer's params too): the samplers' module structure
     sampler_graphdef = per_layer_graphdef(graphdef, abs_params)
     publish_to = None  # rollout.weights_sharding=tensor: each published copy split over tensor only
-    if sampler_mesh is not None and config.rollout.get("weights_sharding", "train") != "train":
+    if sampler_mesh is not None and config.rollout.weights_sharding != "train":
         published = jax.eval_shape(lambda p: inference_params(p, inference_dtype), state.params)
         publish_to = weight_shardings(sampler_graphdef, published, mesh, config.rollout.weights_sharding)
     store = PolicyStore(version, state.params, dtype=inference_dtype, shardings=publish_to)
     sampler = Sampler(nnx.merge(sampler_graphdef, store.latest()[1]), stop_ids=[i for i in ids.stop if i < vocab],
                       pad_id=ids.pad if ids.pad < vocab else 0, max_length=config.rollout.cache_length,
-                      mesh=sampler_mesh, kv_cache_dtype=config.rollout.get("kv_cache_dtype") or None,
-                      prefill_chunk=config.rollout.get("prefill_chunk", PREFILL_CHUNK))
+                      mesh=sampler_mesh, kv_cache_dtype=config.rollout.kv_cache_dtype or None,
+                      prefill_chunk=config.rollout.prefill_chunk)
     n_workers = config.rollout.workers
     producers, bank = make_producers(config, workdir, sampler, tokenizer, max(1, n_workers))
     seed = rollout_seed(config.seed, start)  # the process index folded in: each process samples its own
     workers = RolloutWorkers(producers, store, queue_size=config.stream.queue_size, seed=seed) \
         if n_workers > 0 else None
     stream = GroupStream(workers if workers is not None else producers[0],
-                         stream_config(config, sampler.pad_id), store=store, seed=seed)
+                         stream_config(cfg, sampler.pad_id, jax.process_count()), store=store, seed=seed)
     stream.set_version(version)
 
     # ---- 4. the jitted step -------------------------------------------------------------------------------
     train_step = make_grpo_step(graphdef, tx, schedule, micro_batches=config.train.micro_batches, mesh=mesh,
                                 shardings=shardings, sampling_temperature=config.rollout.temperature,
-                                loss_cfg=config.loss)
+                                loss_cfg=cfg.loss)
 
     # ---- 5. the loop ----------------------------------------------------------------------------------------
     last = min(config.train.steps, stop_at_step or config.train.steps)

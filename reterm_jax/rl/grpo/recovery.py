@@ -34,6 +34,7 @@ from reterm_jax.data.tokenizer import special_ids
 from reterm_jax.rl.grpo import guidance
 from reterm_jax.rl.agent import harness
 from reterm_jax.rl.grpo.bank_fill import BankFiller
+from reterm_jax.rl.grpo.config import Rollout
 from reterm_jax.rl.grpo.groups import Group
 from reterm_jax.rl.grpo.prefetch import BranchPrefetcher, close_branches
 from reterm_jax.rl.agent.harness import Limits, initial_messages
@@ -66,7 +67,8 @@ class RecoveryConfig:
     retire_after: int = 0                    # > 0: retire an entry after this many all-pass groups in a row
     max_version_lag: int = 0                 # > 0 (failures_from="policy"): retire entries collected more than
     #                                          this many policy versions ago; fresh failures refill the bank
-    engine: str = "lockstep"                 # rollout.ENGINES: how the attempts of a group share the sampler
+    engine: str = Rollout.engine             # rollout.ENGINES: how the attempts of a group share the sampler
+    #                                          (the config's default: rl/grpo/config.py)
     decode_burst: int = 32                   # continuous engine: decode steps per sampler call
     verify: str = "in_place"                 # VERIFY_MODES: where each attempt's tests run
     prefetch: bool = False                   # branch the next group's sandboxes while this group runs (its

@@ -100,14 +100,14 @@ def make_producers(config, workdir, sampler, tokenizer, n: int):
                              min_failures=config.bank.min_failures, explore=r.explore,
                              collect_batch=r.collect_batch, seed=rollout_seed(config.seed, 0) + i,
                              failures_from=config.bank.failures_from,
-                             retire_after=int(config.bank.get("retire_after", 0)),
-                             max_version_lag=int(config.bank.get("max_version_lag", 0)),
-                             engine=r.get("engine", "lockstep"), decode_burst=int(r.get("decode_burst", 32)),
-                             verify=r.get("verify", "in_place"), guide=r.get("guide", "off"),
-                             partial_credit=float(r.get("partial_credit", 0.0)),
+                             retire_after=config.bank.retire_after,
+                             max_version_lag=config.bank.max_version_lag,
+                             engine=r.engine, decode_burst=r.decode_burst,
+                             verify=r.verify, guide=r.guide,
+                             partial_credit=float(r.partial_credit),
                              # drawing an entry a group early is safe only where no checkpoint promises
                              # exactly the consumed groups: background workers (docs/grpo.md, resume)
-                             prefetch=bool(r.get("prefetch_branches", True)) and int(r.workers) > 0)
+                             prefetch=bool(r.prefetch_branches) and int(r.workers) > 0)
         j = (first + i) % len(tasks)
         producers.append(RecoveryProducer(bank, tasks[j:] + tasks[:j], sampler, tokenizer, cfg))
     if config.bank.failures_from == "fault_commands":

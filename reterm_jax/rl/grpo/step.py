@@ -72,8 +72,8 @@ def grpo_loss_sums(graphdef, params, mb: dict, ref_params, *, sampling: Sampling
     loss_sum, count, stats = ppo_loss_sums(
         logp, mb["old_logprobs"], mb["advantages"], mask, clip_low=loss_cfg.clip_low, clip_high=loss_cfg.clip_high,
         log_ratio_clamp=loss_cfg.log_ratio_clamp, ref_logp=ref_logp, kl_coef=loss_cfg.kl_coef,
-        weights=mb["weights"], dual_clip=float(loss_cfg.get("dual_clip", 0.0)),
-        tis_cap=float(loss_cfg.get("tis_cap", 0.0)), fresh=(mb["staleness"] == 0).astype(jnp.float32))
+        weights=mb["weights"], dual_clip=float(loss_cfg.dual_clip),
+        tis_cap=float(loss_cfg.tis_cap), fresh=(mb["staleness"] == 0).astype(jnp.float32))
     sums = {k: jnp.asarray(stats[k], jnp.float32) for k in STAT_KEYS}
     sums["entropy"] = jax.lax.stop_gradient(jnp.sum(jnp.where(mask != 0, entropy, 0.0) * mask))
     return loss_sum, (count, sums)
@@ -113,7 +113,7 @@ def grpo_metrics(loss_sum, count, sums: dict) -> dict:
 def make_grpo_step(graphdef, tx: optax.GradientTransformation, schedule: optax.Schedule, *, micro_batches: int,
                    mesh: Mesh, shardings: TrainState, sampling_temperature: float, loss_cfg) -> Callable:
     """step(state, batch, ref_params | None) -> (state, metrics); jitted with explicit shardings,
-    the input state donated. loss_cfg: clip_low, clip_high, log_ratio_clamp, kl_coef."""
+    the input state donated. loss_cfg: the config's loss section (rl/grpo/config.py Loss)."""
     check_sampling(sampling_temperature)
     sampling = SamplingParams(temperature=float(sampling_temperature))
     use_ref = float(loss_cfg.kl_coef) > 0
