@@ -89,8 +89,8 @@ def describe_flag_error(error: BaseException, args: list[str]) -> str:
                         re.search(rf"[.=]{re.escape(name)}[.=]", a.split("=", 1)[0] + "=")), None)
         where = culprit or "--config override"
         fix = f" ({hint.group(0).rstrip('?')}?)" if hint else ""
-        return (f"{where}: the config has no field {name!r}{fix}; the fields are listed in the config file "
-                "(configs/*.py)")
+        return (f"{where}: the config has no field {name!r}{fix}; `--show_config` lists the fields "
+                "with their docs")
     lines = [line for line in str(error).strip().splitlines() if line.strip()]
     if not lines:
         return type(error).__name__
