@@ -52,20 +52,3 @@ def test_partial_credit_ranks_failed_attempts_below_any_resolved_one():
     for bad in (-0.1, 1.0):
         with pytest.raises(ValueError, match="partial_credit"):
             RecoveryConfig(partial_credit=bad)
-
-
-def test_a_bad_partial_credit_is_a_user_error():
-    from reterm_jax.errors import UserError
-    from reterm_jax.rl.grpo.config import check_config
-    from test_grpo_train import synthetic_config
-    c = synthetic_config(1)
-    c.rollout.partial_credit = 0.5
-    c.stream.signal = "reward"
-    check_config(c)
-    c.rollout.partial_credit = 1.0
-    with pytest.raises(UserError, match=r"rollout.partial_credit=1.0: must be >= 0 and below env.threshold"):
-        check_config(c)
-    c.rollout.partial_credit = 0.5
-    c.stream.signal = "resolved"
-    with pytest.raises(UserError, match=r"partial_credit=0.5 with --config.stream.signal=resolved"):
-        check_config(c)

@@ -96,19 +96,3 @@ def test_turn_text_refuses_other_roles():
 ])
 def test_replaced_member(valid, resolved, expected):
     assert guidance.replaced_member(valid, resolved) == expected
-
-
-def test_an_unknown_guide_is_a_user_error():
-    from reterm_jax.errors import UserError
-    from reterm_jax.rl.grpo.config import check_config
-    from test_grpo_train import synthetic_config
-    c = synthetic_config(1)
-    c.rollout.guide = "teacher"
-    check_config(c)
-    c.rollout.guide = "oracle"
-    with pytest.raises(UserError, match=r"rollout.guide='oracle'.*off, teacher"):
-        check_config(c)
-    c.rollout.guide = "teacher"
-    c.stream.guided_failure_weight = -0.5
-    with pytest.raises(UserError, match=r"stream.guided_failure_weight=-0.5: must be >= 0"):
-        check_config(c)

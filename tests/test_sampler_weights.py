@@ -20,22 +20,6 @@ def test_tensor_layout_keeps_only_the_tensor_axis_of_the_params():
         sampler_weight_rules("fsdp")
 
 
-def test_an_unknown_layout_or_prefill_chunk_is_a_user_error():
-    from reterm_jax.errors import UserError
-    from reterm_jax.rl.grpo.config import check_config
-    from test_grpo_train import synthetic_config
-    c = synthetic_config(1)
-    c.rollout.weights_sharding = "tensor"
-    check_config(c)
-    c.rollout.weights_sharding = "replicated"
-    with pytest.raises(UserError, match=r"rollout.weights_sharding='replicated'.*train, tensor"):
-        check_config(c)
-    c.rollout.weights_sharding = "train"
-    c.rollout.prefill_chunk = -1
-    with pytest.raises(UserError, match=r"rollout.prefill_chunk=-1"):
-        check_config(c)
-
-
 def test_the_planner_counts_the_tensor_layouts_copy_whole_over_fsdp():
     import grpo as grpo_config
     from reterm_jax.parallel.presets import apply_preset

@@ -1,29 +1,16 @@
-"""Evaluation: Pass@1, Retry@k and Recovery@k on a directory of Harbor tasks (docs/evaluate.md).
-
-Scripted baselines (no model; the oracle must score Pass@1 = 1.0 on the bundled tasks):
-    python -m reterm_jax.evaluate --config=configs/eval.py --tasks=tasks --config.policy=oracle
-    python -m reterm_jax.evaluate --config=configs/eval.py --tasks=tasks \
-        --config.policy=fault_then_oracle --config.protocol.names=recovery@k,retry@k --config.protocol.k=2
-A model (tiny random init unless a checkpoint is given; smoke runs only):
-    python -m reterm_jax.evaluate --config=configs/eval.py --tasks=tasks/daily-report-append \
-        --config.policy=model --config.protocol.names=pass@1
-The real recipe:
-    python -m reterm_jax.evaluate --config=configs/eval.py:qwen3_5_9b --tasks=/data/tb2 \
-        --config.model.hf_path=/runs/sft-9b/hf --out=/runs/eval-9b/results.json
-(or --config.model.checkpoint=/runs/sft-9b/checkpoints/300 for an orbax checkpoint).
-"""
+"""The presets of the evaluate command: `get_config("tiny")` (CPU, the tiny model) and `get_config("qwen3_5_9b")`
+(the real recipe). configs/eval.py names this function for the command line and shows the
+commands; the fields' types, defaults and docs are the typed sections'."""
 import ml_collections
+
+from reterm_jax.presets import new_config
 
 from reterm_jax.rl.evaluation.config import SECTIONS, Run
 from reterm_jax.typed_config import section_dict
 
 
 def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
-    if preset not in ("tiny", "qwen3_5_9b"):
-        raise ValueError(f"unknown preset {preset!r}: use configs/eval.py:tiny or configs/eval.py:qwen3_5_9b")
-    c = ml_collections.ConfigDict()
-    c.mode = "eval"
-    c.seed = 0
+    c = new_config("eval", preset)
     # Every field's type, default and doc: reterm_jax/rl/evaluation/config.py (one source; the tiny
     # limits are GRPO's tiny rollout defaults; `--show_config` prints them all).
     for name, value in section_dict(Run).items():

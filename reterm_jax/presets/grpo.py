@@ -1,31 +1,16 @@
-"""ReTerm-GRPO: recovery attempts branched from the policy's own failure states, verified rewards.
-
-Laptop run (tiny model, CPU, Docker; warm-starts from <workdir>/sft, running the short SFT of
-configs/sft.py:tiny first when it is not there; then GRPO on the bundled tasks):
-    python -m reterm_jax.train --config=configs/grpo.py [--workdir=runs/grpo-tiny]
-No Docker (a synthetic environment with a known optimum, from scratch):
-    python -m reterm_jax.train --config=configs/grpo.py --config.env.kind=synthetic --config.init.from_scratch=True
-The real recipe (Qwen3.5-9B after recovery SFT, on an accelerator node):
-    python -m reterm_jax.train --config=configs/grpo.py:qwen3_5_9b \
-        --config.model.hf_path=/ckpt/Qwen3.5-9B --config.init.checkpoint=/runs/sft-9b/checkpoints \
-        --config.env.tasks='/data/tb2/*' --workdir=/runs/grpo-9b
-`--workdir` gets checkpoints/ (params, optimizer, step, RNG, policy version, failure-bank cursor,
-stream counters), failure_bank/, tb/ and hf/ (the final export). Rerunning the same command resumes.
-"""
+"""The presets of ReTerm-GRPO: `get_config("tiny")` (CPU, the tiny model) and `get_config("qwen3_5_9b")`
+(the real recipe). configs/grpo.py names this function for the command line and shows the
+commands; the fields' types, defaults and docs are the typed sections'."""
 import ml_collections
 
-from reterm_jax.presets import sft
+from reterm_jax.presets import new_config, sft
 from reterm_jax.rl.grpo.config import GRPO_SECTIONS
 from reterm_jax.train.config import SHARED
 from reterm_jax.typed_config import section_dict
 
 
 def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
-    if preset not in ("tiny", "qwen3_5_9b"):
-        raise ValueError(f"unknown preset {preset!r}: use configs/grpo.py:tiny or configs/grpo.py:qwen3_5_9b")
-    c = ml_collections.ConfigDict()
-    c.mode = "grpo"
-    c.seed = 0
+    c = new_config("grpo", preset)
 
     # The model section of the SFT preset (same tiny overrides), so the SFT warm start fits.
     c.model = sft.get_config(preset).model

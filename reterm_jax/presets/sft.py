@@ -1,19 +1,12 @@
-"""Recovery SFT: the loss is on the teacher's recovery turns; the failed attempt is context.
-
-Laptop smoke run (tiny random-initialised model, bundled demo data, CPU, a few minutes):
-    python -m reterm_jax.train --config=configs/sft.py
-The real recipe (Qwen3.5-9B on ReTerm-10K, on a TPU slice or a GPU node):
-    python -m reterm_jax.train --config=configs/sft.py:qwen3_5_9b \
-        --config.model.hf_path=/ckpt/Qwen3.5-9B --config.data.path=/data/reterm-10k \
-        --workdir=/runs/sft-9b
-Every field is overridable, e.g. --config.train.steps=50 --config.mesh.tensor=4.
-`--workdir` (default ./runs/sft-<timestamp>) gets checkpoints/, tb/ and hf/ (the final export).
-"""
+"""The presets of Recovery SFT: `get_config("tiny")` (CPU, the tiny model) and `get_config("qwen3_5_9b")`
+(the real recipe). configs/sft.py names this function for the command line and shows the
+commands; the fields' types, defaults and docs are the typed sections'."""
 import os
 
 import ml_collections
 
 from reterm_jax.data.assets import ASSETS_DIR
+from reterm_jax.presets import new_config
 from reterm_jax.train.config import SFT_SECTIONS
 from reterm_jax.typed_config import section_dict
 
@@ -21,11 +14,7 @@ DEMO_DATA = os.path.join(ASSETS_DIR, "demo", "reterm_demo.jsonl")  # bundled wit
 
 
 def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
-    if preset not in ("tiny", "qwen3_5_9b"):
-        raise ValueError(f"unknown preset {preset!r}: use configs/sft.py:tiny or configs/sft.py:qwen3_5_9b")
-    c = ml_collections.ConfigDict()
-    c.mode = "sft"
-    c.seed = 0
+    c = new_config("sft", preset)
 
     # Every section's fields, types, defaults and docs: reterm_jax/train/config.py (one source;
     # `--show_config` prints them). The tiny preset is those defaults plus the tiny model's shape and

@@ -109,16 +109,25 @@ class Data:
 
 
 @dataclasses.dataclass(frozen=True)
-class Train:
+class Loop:
+    """The `train` fields every training loop has (SFT's Train and GRPO's add their own)."""
     steps: int = doc(300, "optimizer steps")
-    batch_size: int = doc(1, "packed rows per optimizer step (global, all hosts)")
-    micro_batches: int = doc(1, "gradient accumulation: scan over this many slices")
+    micro_batches: int = doc(1, "gradient accumulation: scan over this many slices of a step's rows")
     log_every: int = doc(10, "steps between metric lines")
-    peak_flops: float = doc(0.0, "per-device peak FLOP/s for MFU; 0 = look up the accelerator")
     export_hf: bool = doc(True, "write <workdir>/hf at the end")
 
     def __post_init__(self):
-        at_least("train", self, steps=1, batch_size=1, micro_batches=1, log_every=1)
+        at_least("train", self, steps=1, micro_batches=1, log_every=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Train(Loop):
+    batch_size: int = doc(1, "packed rows per optimizer step (global, all hosts)")
+    peak_flops: float = doc(0.0, "per-device peak FLOP/s for MFU; 0 = look up the accelerator")
+
+    def __post_init__(self):
+        super().__post_init__()
+        at_least("train", self, batch_size=1)
         if self.batch_size % self.micro_batches:
             raise UserError(f"--config.train.batch_size={self.batch_size} must be a multiple of train.micro_batches="
                             f"{self.micro_batches}")

@@ -26,7 +26,7 @@ from reterm_jax.rl.grpo.step import check_sampling
 from reterm_jax.rl.grpo.loss import ADVANTAGE_MODES
 from reterm_jax.rl.grpo.stream import OVERLONG_MODES, SIGNALS, STALENESS_MODES, StreamConfig
 from reterm_jax.rl.inference.sampler import KV_CACHE_DTYPES, PREFILL_CHUNK
-from reterm_jax.train.config import SHARED, Checkpoint, Mesh, Model, Optim
+from reterm_jax.train.config import SHARED, Checkpoint, Loop, Mesh, Model, Optim
 from reterm_jax.typed_config import at_least, build, doc, one_of
 from reterm_jax.typed_config import field_docs as docs_of
 
@@ -210,15 +210,14 @@ class Loss:
 
 
 @dataclasses.dataclass(frozen=True)
-class Train:
+class Train(Loop):
     steps: int = doc(5, "optimizer steps (tiny: ~1-2 min a step on 2 CPU cores)")
-    micro_batches: int = doc(1, "gradient accumulation over slices of the groups x G rows")
-    seq_len: int = doc(3072, "row length: one trajectory per row (>= rollout.max_tokens)")
     log_every: int = doc(1, "steps between metric lines")
-    export_hf: bool = doc(True, "write <workdir>/hf at the end")
+    seq_len: int = doc(3072, "row length: one trajectory per row (>= rollout.max_tokens)")
 
     def __post_init__(self):
-        at_least("train", self, steps=1, micro_batches=1, seq_len=2, log_every=1)
+        super().__post_init__()
+        at_least("train", self, seq_len=2)
 
 
 GRPO_SECTIONS = {"init": Init, "env": Env, "rollout": Rollout, "bank": Bank, "stream": Stream, "loss": Loss,
