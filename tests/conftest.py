@@ -21,8 +21,11 @@ pytest_plugins = ["docker_fixtures"]
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (`-n 2 --dist loadgroup`, what launch/test.sh runs) every test that touches
     the Docker engine runs on one worker, in order: some restart or stop the engine, all share the
-    session's run id (RETERM_RUN_ID) and its end-of-session leak check. The rest spread over the
-    other cores. Without xdist the group mark does nothing."""
+    session's run id (RETERM_RUN_ID) and its end-of-session leak check. The other tests go to the
+    workers a file at a time, so a module-scoped fixture (a training run, a two-process job) is
+    built once, not once per worker. Without xdist the group marks do nothing."""
     for item in items:
         if item.get_closest_marker("docker") or "docker_client" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("docker"))
+        else:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
