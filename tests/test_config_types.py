@@ -66,6 +66,8 @@ def _set(c, path: str, value) -> None:
     ({"optim.warmup_steps": -1}, r"--config.optim.warmup_steps=-1: must be >= 0"),
     ({"checkpoint.every": 0}, r"--config.checkpoint.every=0: must be >= 1"),
     ({"model.remat": "some"}, r"model.remat='some': use one of none, full"),
+    ({"sandbox.runtime": "runsc"}, None),
+    ({"sandbox.runtime": "kata"}, r"--config.sandbox.runtime=kata: sandbox runtime 'kata': use one of runc, runsc"),
 ])
 def test_grpo_fields_are_checked_with_one_line_naming_the_field(changes, error):
     c = synthetic()

@@ -18,7 +18,6 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     for name, kind in SECTIONS.items():
         c[name] = section_dict(kind)
     c.model.preset = preset
-    c.sandbox = ml_collections.ConfigDict(dict(runtime="runc"))  # runc | runsc (gVisor; docs/sandbox.md)
 
     if preset == "qwen3_5_9b":
         c.policy = "model"

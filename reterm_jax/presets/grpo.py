@@ -5,6 +5,7 @@ import ml_collections
 
 from reterm_jax.presets import new_config, sft
 from reterm_jax.rl.grpo.config import GRPO_SECTIONS
+from reterm_jax.sandbox.config import Sandbox
 from reterm_jax.train.config import SHARED
 from reterm_jax.typed_config import section_dict
 
@@ -29,10 +30,7 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
     # GRPO's optimizer: a constant LR after no warmup, Adam's usual b2 (SFT's preset decays from 3e-3)
     c.optim.lr, c.optim.warmup_steps, c.optim.end_lr_ratio, c.optim.b2 = 1e-4, 0, 1.0, 0.999
     c.checkpoint.every = 5
-    # runc (Docker's default) | runsc: gVisor, a user-space kernel between the agent and the host, for
-    # untrusted agents; ~20x the exec latency (docs/performance.md). `RETERM_RUNSC=1 bash
-    # launch/setup.sh` installs and registers it.
-    c.sandbox = ml_collections.ConfigDict(dict(runtime="runc"))
+    c.sandbox = section_dict(Sandbox)  # `RETERM_RUNSC=1 bash launch/setup.sh` installs and registers runsc
 
     if preset == "qwen3_5_9b":
         c.model.dtype = "bfloat16"  # bf16 compute, fp32 master weights and Adam moments

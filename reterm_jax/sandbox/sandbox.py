@@ -100,7 +100,7 @@ def use_config_runtime(config) -> None:
     """use_runtime(config.sandbox.runtime) for a run's config (GRPO, evaluate); a refusal is the
     user's one-line error naming the field."""
     from reterm_jax.errors import UserError
-    runtime = config.get("sandbox", {}).get("runtime", "runc")
+    runtime = config.sandbox.runtime
     try:
         use_runtime(runtime)
     except SandboxError as e:

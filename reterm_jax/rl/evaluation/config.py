@@ -1,5 +1,5 @@
 """The evaluate command's config, typed (reterm_jax/typed_config.py): the run's own fields (policy,
-jobs, slots) and its `protocol`, `model`, `sampling` and `limits` sections, each field's type,
+jobs, slots) and its `protocol`, `model`, `sampling`, `limits` and `sandbox` sections, each field's type,
 default and doc beside its check. The preset (reterm_jax/presets/eval.py) builds its ConfigDict from
 these defaults; `check_config` builds them back once, before any model loads or sandbox starts.
 The tiny limits and cache length are GRPO's tiny rollout defaults: a policy is scored under the
@@ -13,6 +13,7 @@ import os
 from reterm_jax.errors import UserError
 from reterm_jax.rl.evaluation.protocols import PROTOCOLS
 from reterm_jax.rl.grpo.config import Rollout
+from reterm_jax.sandbox.config import Sandbox
 from reterm_jax.typed_config import at_least, build, doc, one_of
 from reterm_jax.typed_config import field_docs as docs_of
 
@@ -90,7 +91,7 @@ class Limits:
                 raise UserError(f"--config.limits.{name}={getattr(self, name)}: must be > 0")
 
 
-SECTIONS = {"protocol": Protocol, "model": EvalModel, "sampling": Sampling, "limits": Limits}
+SECTIONS = {"protocol": Protocol, "model": EvalModel, "sampling": Sampling, "limits": Limits, "sandbox": Sandbox}
 RUN_FIELDS = tuple(f.name for f in dataclasses.fields(Run))
 
 
@@ -101,6 +102,7 @@ class EvalConfig:
     model: EvalModel
     sampling: Sampling
     limits: Limits
+    sandbox: Sandbox
 
     @classmethod
     def of(cls, config) -> EvalConfig:

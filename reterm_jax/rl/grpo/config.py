@@ -7,8 +7,8 @@ builds them back from the ConfigDict (after `--config.a.b=value` overrides) in o
     cfg = GRPOConfig.of(config)     # UserError (one line naming the field) on the first bad value
     check_config(config, n_data_parallel)   # the above + how the rows split over the mesh
 
-The sections shared with SFT (model, optim, checkpoint, mesh) are reterm_jax/train/config.py's;
-`sandbox` is checked where the runtime is chosen (sandbox/sandbox.py). Without `n_data_parallel`
+The sections shared with SFT (model, optim, checkpoint, mesh) are reterm_jax/train/config.py's,
+`sandbox` is reterm_jax/sandbox/config.py's. Without `n_data_parallel`
 nothing here touches JAX, so the command line checks the config before JAX starts. `field_docs()` gives each field's doc to `--show_config`.
 """
 from __future__ import annotations
@@ -26,6 +26,7 @@ from reterm_jax.rl.grpo.step import check_sampling
 from reterm_jax.rl.grpo.loss import ADVANTAGE_MODES
 from reterm_jax.rl.grpo.stream import OVERLONG_MODES, SIGNALS, STALENESS_MODES, StreamConfig
 from reterm_jax.rl.inference.sampler import KV_CACHE_DTYPES, PREFILL_CHUNK
+from reterm_jax.sandbox.config import Sandbox
 from reterm_jax.train.config import SHARED, Checkpoint, Loop, Mesh, Model, Optim
 from reterm_jax.typed_config import at_least, build, doc, one_of
 from reterm_jax.typed_config import field_docs as docs_of
@@ -222,7 +223,7 @@ class Train(Loop):
 
 GRPO_SECTIONS = {"init": Init, "env": Env, "rollout": Rollout, "bank": Bank, "stream": Stream, "loss": Loss,
                  "train": Train}
-SECTIONS_TYPED = {**SHARED, **GRPO_SECTIONS}
+SECTIONS_TYPED = {**SHARED, **GRPO_SECTIONS, "sandbox": Sandbox}
 PRESET_HINT = "reterm_jax.presets.grpo.get_config (configs/grpo.py)"
 
 
@@ -233,6 +234,7 @@ class GRPOConfig:
     optim: Optim
     checkpoint: Checkpoint
     mesh: Mesh
+    sandbox: Sandbox
     init: Init
     env: Env
     rollout: Rollout
