@@ -133,9 +133,9 @@ def main(argv):
     if len(argv) > 1:
         raise UserError(f"unexpected arguments {argv[1:]}; settings go in --config.a.b=value flags")
     config = _CONFIG.value
-    if _SHOW.value:
+    if _SHOW.value:  # the config as resolved, then its check (a bad field is still one line, exit 2)
+        print(cli.describe_config(config, field_docs()), flush=True)
         check_config(config)
-        print(cli.describe_config(config, field_docs()))
         return 0
     if not _TASKS.value:
         raise UserError("--tasks=DIR is required")

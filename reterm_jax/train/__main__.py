@@ -32,11 +32,11 @@ def main(argv):
         raise UserError(f"config.mode={mode!r} is not implemented; available modes: {sorted(MODES)}")
     import importlib
     checks = importlib.import_module(CHECKS[mode])
-    checks.check_config(config)  # the user's typing, before JAX starts
-    if _SHOW.value:
-        docs = checks.field_docs() if hasattr(checks, "field_docs") else {}
-        print(cli.describe_config(config, docs))
+    if _SHOW.value:  # the config as resolved, then its check (a bad field is still one line, exit 2)
+        print(cli.describe_config(config, checks.field_docs()), flush=True)
+        checks.check_config(config)
         return
+    checks.check_config(config)  # the user's typing, before JAX starts
     loop = importlib.import_module(MODES[mode])
     from reterm_jax.cpu_flags import apply_cpu_defaults
     # SFT only: measured faster there; GRPO's time is mostly the sampler's decode, where one
