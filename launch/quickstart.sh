@@ -13,7 +13,7 @@
 #     and an HF export in W/hf;
 #  4. a short held-out evaluation: Recovery@2 of the warm start (W/sft/hf) and of the GRPO
 #     result (W/hf) on the 8 held-out instances, same sampling keys, and their paired difference.
-# CPU only; ~30-35 minutes on 2 cores. W = $WORKDIR (default runs/quickstart). Extra arguments go
+# CPU only; ~16 minutes on 2 cores once set up (+~6 for a new machine). W = $WORKDIR (default runs/quickstart). Extra arguments go
 # to the train command, e.g. `bash launch/quickstart.sh --config.train.steps=10`.
 # A real learning measurement (64 held-out tasks, a compute-matched control, intervals) is
 # experiments/learning/learning_run.py (docs/learning.md).
