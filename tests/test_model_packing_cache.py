@@ -13,13 +13,15 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from hf_dense_reference import build_hf_dense_model
 from hf_reference import VOCAB, build_hf_model
 from model_test_utils import load_hf_weights
 from reterm_jax.model.cache import init_cache
 from reterm_jax.model.config import Qwen3_5Config
 from reterm_jax.model.decoder import Qwen3_5ForCausalLM
 
-VARIANTS = ["gqa2_conv4_untied", "mha_conv3_hv3"]  # conv 4 and 3; attention last and first
+# conv 4 and 3, attention last and first; and the dense families (Llama, Qwen3), KV cache only
+VARIANTS = ["gqa2_conv4_untied", "mha_conv3_hv3", "llama_gqa3_tied", "qwen3_gqa2_untied"]
 
 
 @nnx.jit
@@ -34,7 +36,8 @@ def cached(model, ids, positions, segment_ids, cache):
 
 @pytest.fixture(scope="module", params=VARIANTS)
 def model(request):
-    hf = build_hf_model(request.param, initializer_range=0.02)
+    build = build_hf_model if request.param in ("gqa2_conv4_untied", "mha_conv3_hv3") else build_hf_dense_model
+    hf = build(request.param, initializer_range=0.02)
     m = Qwen3_5ForCausalLM(Qwen3_5Config.from_hf_dict(hf.config.to_dict()))
     return load_hf_weights(m, hf)
 

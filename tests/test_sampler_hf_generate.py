@@ -5,8 +5,10 @@ own cache position (no lockstep padding), against HF generating each row alone, 
 """
 import jax
 import numpy as np
+import pytest
 import torch
 
+from hf_dense_reference import build_hf_dense_model
 from hf_reference import VOCAB, build_hf_model
 from model_test_utils import load_hf_weights
 from reterm_jax.model.config import Qwen3_5Config
@@ -25,8 +27,9 @@ def hf_greedy(hf, context: list[int], n: int) -> list[int]:
     return out[0, len(context):].tolist()
 
 
-def test_greedy_tokens_equal_transformers_generate_per_row():
-    hf = build_hf_model("gqa2_conv4_untied")
+@pytest.mark.parametrize("variant", ["gqa2_conv4_untied", "llama_gqa3_tied", "qwen3_gqa2_untied"])
+def test_greedy_tokens_equal_transformers_generate_per_row(variant):
+    hf = build_hf_model(variant) if variant == "gqa2_conv4_untied" else build_hf_dense_model(variant)
     model = load_hf_weights(Qwen3_5ForCausalLM(Qwen3_5Config.from_hf_dict(hf.config.to_dict())), hf)
     rng = np.random.default_rng(0)
     prompts = [rng.integers(2, VOCAB, n).tolist() for n in (9, 3, 21)]

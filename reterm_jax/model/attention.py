@@ -1,4 +1,5 @@
-"""Gated full attention of Qwen3.5: per-head [query|gate] q_proj, q/k norms, partial RoPE, GQA.
+"""Full attention: Qwen3.5's gated form (per-head [query|gate] q_proj, q/k norms, partial RoPE,
+GQA) and, by the config's family options, Qwen3's (no gate) and Llama's (no gate, no q/k norm).
 
 The mask is built from segment ids, so the same code serves packed training rows, left
 padding, and attention against a cache: a query attends to a key iff the key's slot is not
@@ -191,19 +192,27 @@ def set_attention_impl(model: nnx.Module, impl: str) -> None:
 
 
 class GatedAttention(nnx.Module):
+    """`self_attn`; the output gate and q/k norms follow config.attention_output_gate / qk_norm."""
+
     def __init__(self, config: Qwen3_5Config, *, dtype, param_dtype, rngs: nnx.Rngs):
         self.attention_impl = "auto"  # static; see ATTENTION_IMPLS / set_attention_impl
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
+        self.output_gate = config.attention_output_gate  # static
         h, d = config.hidden_size, config.head_dim
         kw = dict(init_std=config.initializer_range, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.q_proj = dense(h, 2 * self.num_heads * d, ("embed", "q_heads"), **kw)
+        q_width = (2 if self.output_gate else 1) * self.num_heads * d
+        self.q_proj = dense(h, q_width, ("embed", "q_heads"), **kw)
         self.k_proj = dense(h, self.num_kv_heads * d, ("embed", "kv_heads"), **kw)
         self.v_proj = dense(h, self.num_kv_heads * d, ("embed", "kv_heads"), **kw)
         self.o_proj = dense(self.num_heads * d, h, ("q_heads", "embed"), **kw)
-        self.q_norm = RMSNorm(d, config.rms_norm_eps, "head_dim", param_dtype=param_dtype)
-        self.k_norm = RMSNorm(d, config.rms_norm_eps, "head_dim", param_dtype=param_dtype)
+        if config.qk_norm:
+            norm = dict(param_dtype=param_dtype, offset=config.norm_offset)
+            self.q_norm = RMSNorm(d, config.rms_norm_eps, "head_dim", **norm)
+            self.k_norm = RMSNorm(d, config.rms_norm_eps, "head_dim", **norm)
+        else:
+            self.q_norm = self.k_norm = nnx.data(None)
 
     def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, segment_ids: jax.Array, *,
                  cache: AttentionCache | None = None, index: jax.Array | None = None,
@@ -214,11 +223,16 @@ class GatedAttention(nnx.Module):
         Returns (out, new cache)."""
         b, t, _ = x.shape
         d = self.head_dim
-        # q_proj rows are per head [query | gate], not all queries then all gates.
-        q_and_gate = self.q_proj(x).reshape(b, t, self.num_heads, 2 * d)
-        q, gate = q_and_gate[..., :d], q_and_gate[..., d:].reshape(b, t, self.num_heads * d)
-        q = apply_rope(self.q_norm(q), cos, sin)
-        k = apply_rope(self.k_norm(self.k_proj(x).reshape(b, t, self.num_kv_heads, d)), cos, sin)
+        gate = None
+        if self.output_gate:  # q_proj rows are per head [query | gate], not all queries then all gates.
+            q_and_gate = self.q_proj(x).reshape(b, t, self.num_heads, 2 * d)
+            q, gate = q_and_gate[..., :d], q_and_gate[..., d:].reshape(b, t, self.num_heads * d)
+        else:
+            q = self.q_proj(x).reshape(b, t, self.num_heads, d)
+        k = self.k_proj(x).reshape(b, t, self.num_kv_heads, d)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         v = self.v_proj(x).reshape(b, t, self.num_kv_heads, d)
 
         if cache is None:
@@ -231,5 +245,7 @@ class GatedAttention(nnx.Module):
             out = cache_attention(q, keys, values, segment_ids, q_slots, kv_segments, jnp.max(index) + t,
                                   d ** -0.5)
 
-        out = out.reshape(b, t, self.num_heads * d) * jax.nn.sigmoid(gate)
+        out = out.reshape(b, t, self.num_heads * d)
+        if gate is not None:
+            out = out * jax.nn.sigmoid(gate)
         return self.o_proj(out), cache

@@ -1,9 +1,17 @@
-"""Qwen3.5 text-decoder configuration: HF config.json in, validated frozen dataclass out.
+"""Decoder configuration: HF config.json in, validated frozen dataclass out.
 
-Accepts both forms transformers writes: the multimodal checkpoint (`model_type` "qwen3_5",
-text fields under `text_config`, `tie_word_embeddings` at the top level) and the flat text
-config ("qwen3_5_text"). RoPE settings are read from `rope_parameters` (transformers 5) or
-the legacy top-level `rope_theta` / `partial_rotary_factor` / `rope_scaling` keys.
+One decoder serves three families, told apart by the HF config's `model_type`:
+
+    family         mixers                          attention    q/k norm   RMSNorm scale
+    qwen3_5_text   Gated DeltaNet + full attention output gate  1 + w      1 + w
+    qwen3          full attention only             plain        w          w
+    llama          full attention only             plain        none       w
+
+For Qwen3.5 both forms transformers writes are accepted: the multimodal checkpoint
+(`model_type` "qwen3_5", text fields under `text_config`, `tie_word_embeddings` at the top
+level) and the flat text config ("qwen3_5_text"). RoPE settings are read from
+`rope_parameters` (transformers 5) or the legacy top-level `rope_theta` /
+`partial_rotary_factor` / `rope_scaling` keys.
 """
 from __future__ import annotations
 
@@ -15,10 +23,26 @@ from typing import Any
 LINEAR_ATTENTION = "linear_attention"
 FULL_ATTENTION = "full_attention"
 _LAYER_TYPES = (LINEAR_ATTENTION, FULL_ATTENTION)
+QWEN3_5, QWEN3, LLAMA = "qwen3_5_text", "qwen3", "llama"
+FAMILIES = (QWEN3_5, QWEN3, LLAMA)
+ARCHITECTURES = {QWEN3_5: "Qwen3_5ForCausalLM", QWEN3: "Qwen3ForCausalLM", LLAMA: "LlamaForCausalLM"}
+# transformers' defaults for the fields a Llama / Qwen3 config.json may leave out (LlamaConfig,
+# Qwen3Config); where our dataclass default (the Qwen3.5 9B) differs, these win for that family.
+_FAMILY_DEFAULTS = {
+    LLAMA: dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                num_attention_heads=32, rms_norm_eps=1e-6, tie_word_embeddings=False, rope_theta=10_000.0,
+                max_position_embeddings=2048, pad_token_id=None, bos_token_id=1, eos_token_id=2),
+    QWEN3: dict(vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32,
+                num_attention_heads=32, head_dim=128, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                rope_theta=10_000.0, max_position_embeddings=32768, pad_token_id=None, bos_token_id=None,
+                eos_token_id=None),
+}
 
 
 @dataclasses.dataclass(frozen=True)
 class Qwen3_5Config:
+    """The decoder's config for every family (see the module doc); the defaults are the 9B's."""
+    model_type: str = QWEN3_5
     vocab_size: int = 248320
     hidden_size: int = 4096
     intermediate_size: int = 12288
@@ -52,6 +76,8 @@ class Qwen3_5Config:
     eos_token_id: int | tuple[int, ...] | None = 248044
 
     def __post_init__(self):
+        if self.model_type != QWEN3_5 and not self.layer_types:
+            object.__setattr__(self, "layer_types", (FULL_ATTENTION,) * self.num_hidden_layers)
         if not self.layer_types:
             object.__setattr__(self, "layer_types", default_layer_types(self.num_hidden_layers))
         object.__setattr__(self, "layer_types", tuple(self.layer_types))
@@ -59,6 +85,27 @@ class Qwen3_5Config:
         if isinstance(self.eos_token_id, list):
             object.__setattr__(self, "eos_token_id", tuple(self.eos_token_id))
         self.validate()
+
+    # ---- family options ----------------------------------------------------------------
+    @property
+    def attention_output_gate(self) -> bool:
+        """q_proj holds per head [query | gate] and the output is gated by sigmoid(gate) (Qwen3.5)."""
+        return self.model_type == QWEN3_5
+
+    @property
+    def qk_norm(self) -> bool:
+        """RMSNorms on each head's query and key before RoPE (Qwen3.5, Qwen3; not Llama)."""
+        return self.model_type != LLAMA
+
+    @property
+    def norm_offset(self) -> bool:
+        """RMSNorm scale is 1 + w, w starting at 0 (Qwen3.5); else plain w starting at 1."""
+        return self.model_type == QWEN3_5
+
+    @property
+    def architecture(self) -> str:
+        """The transformers class name an export's config.json names."""
+        return ARCHITECTURES[self.model_type]
 
     # ---- derived sizes -------------------------------------------------------------
     @property
@@ -80,6 +127,12 @@ class Qwen3_5Config:
     def validate(self) -> None:
         def bad(field, value, why):
             raise ValueError(f"Qwen3_5Config.{field}={value!r}: {why}")
+
+        if self.model_type not in FAMILIES:
+            bad("model_type", self.model_type, f"expected one of {FAMILIES}")
+        if self.model_type != QWEN3_5 and set(self.layer_types) != {FULL_ATTENTION}:
+            bad("layer_types", sorted(set(self.layer_types)),
+                f"a {self.model_type} model has only {FULL_ATTENTION!r} layers")
 
         for field in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                       "num_attention_heads", "num_key_value_heads", "head_dim",
@@ -118,8 +171,11 @@ class Qwen3_5Config:
     # ---- HF config.json --------------------------------------------------------------
     @classmethod
     def from_hf_dict(cls, d: dict[str, Any]) -> "Qwen3_5Config":
-        """Builds from a transformers config dict, multimodal ("qwen3_5") or text ("qwen3_5_text")."""
-        model_type = d.get("model_type", "qwen3_5_text")
+        """Builds from a transformers config dict: Qwen3.5 multimodal ("qwen3_5") or text
+        ("qwen3_5_text"), "qwen3" or "llama"."""
+        model_type = d.get("model_type", QWEN3_5)
+        if model_type in (QWEN3, LLAMA):
+            return cls._from_dense_dict(model_type, d)
         if model_type == "qwen3_5" or "text_config" in d:
             text = dict(d.get("text_config") or {})
             if "tie_word_embeddings" in d:  # the top-level flag is what transformers ties on
@@ -127,7 +183,8 @@ class Qwen3_5Config:
         elif model_type == "qwen3_5_text":
             text = dict(d)
         else:
-            raise ValueError(f"config model_type={model_type!r}: expected 'qwen3_5' or 'qwen3_5_text'")
+            raise ValueError(f"config model_type={model_type!r}: expected one of 'qwen3_5', "
+                             f"{', '.join(repr(f) for f in FAMILIES)}")
 
         rope = dict(text.get("rope_parameters") or text.get("rope_scaling") or {})
         for key in ("rope_theta", "partial_rotary_factor"):
@@ -151,15 +208,48 @@ class Qwen3_5Config:
         return cls(**kw)
 
     @classmethod
+    def _from_dense_dict(cls, model_type: str, d: dict[str, Any]) -> "Qwen3_5Config":
+        """A Llama / Qwen3 config.json: every layer full attention, RoPE over the whole head."""
+        def refuse(key, value, why):
+            raise ValueError(f"config {key}={value!r}: {why} (a {model_type} checkpoint this package cannot run)")
+
+        if d.get("mlp_bias"):
+            refuse("mlp_bias", d["mlp_bias"], "biased MLP projections are not implemented")
+        if d.get("pretraining_tp", 1) != 1:
+            refuse("pretraining_tp", d["pretraining_tp"], "only pretraining_tp=1 is implemented")
+        if d.get("use_sliding_window"):
+            refuse("use_sliding_window", d["use_sliding_window"], "sliding-window attention is not implemented")
+        kw: dict[str, Any] = dict(_FAMILY_DEFAULTS[model_type])
+        names = {f.name for f in dataclasses.fields(cls)} - {"layer_types", "partial_rotary_factor",
+                                                               "mrope_section", "mrope_interleaved"}
+        for k in names & set(d):  # a null token id is kept; other nulls take the default
+            if d[k] is not None or k.endswith("_token_id"):
+                kw[k] = d[k]
+        kw["model_type"] = model_type
+        kw.setdefault("num_key_value_heads", kw["num_attention_heads"])
+        if d.get("head_dim") is None:
+            kw["head_dim"] = kw["hidden_size"] // kw["num_attention_heads"]
+        rope = dict(d.get("rope_parameters") or d.get("rope_scaling") or {})
+        kw["rope_type"] = rope.get("rope_type", rope.get("type", "default"))
+        kw["rope_theta"] = rope.get("rope_theta", d.get("rope_theta", kw["rope_theta"]))
+        kw.update(partial_rotary_factor=1.0, mrope_section=(), mrope_interleaved=False,
+                  layer_types=(FULL_ATTENTION,) * int(kw["num_hidden_layers"]))
+        return cls(**kw)
+
+    @classmethod
     def from_hf_dir(cls, path: str) -> "Qwen3_5Config":
         file = os.path.join(path, "config.json")
         if not os.path.exists(file):
-            raise ValueError(f"no config.json in {path!r}: expected a HF Qwen3.5 checkpoint directory")
+            raise ValueError(f"no config.json in {path!r}: expected a HF checkpoint directory "
+                             f"(Qwen3.5, Qwen3 or Llama)")
         with open(file) as fh:
             return cls.from_hf_dict(json.load(fh))
 
     def to_hf_text_dict(self) -> dict[str, Any]:
-        """The flat transformers 5 text config ("qwen3_5_text")."""
+        """The flat transformers 5 text config of the family ("qwen3_5_text", "qwen3", "llama"),
+        with `architectures`."""
+        if self.model_type != QWEN3_5:
+            return self._to_dense_dict()
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         for key in ("rope_type", "rope_theta", "partial_rotary_factor", "mrope_section",
                     "mrope_interleaved"):
@@ -172,7 +262,25 @@ class Qwen3_5Config:
             "partial_rotary_factor": self.partial_rotary_factor,
             "mrope_section": list(self.mrope_section), "mrope_interleaved": self.mrope_interleaved,
         }
-        d["model_type"] = "qwen3_5_text"
+        d["model_type"] = QWEN3_5
+        d["architectures"] = [self.architecture]
+        return d
+
+    def _to_dense_dict(self) -> dict[str, Any]:
+        keep = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "head_dim", "rms_norm_eps", "tie_word_embeddings",
+                "max_position_embeddings", "hidden_act", "attention_bias", "attention_dropout",
+                "initializer_range", "pad_token_id", "bos_token_id", "eos_token_id")
+        d = {k: getattr(self, k) for k in keep}
+        if isinstance(self.eos_token_id, tuple):
+            d["eos_token_id"] = list(self.eos_token_id)
+        d["rope_parameters"] = {"rope_type": self.rope_type, "rope_theta": self.rope_theta}
+        d["model_type"] = self.model_type
+        d["architectures"] = [self.architecture]
+        if self.model_type == LLAMA:
+            d.update(mlp_bias=False, pretraining_tp=1)
+        else:
+            d.update(use_sliding_window=False, layer_types=list(self.layer_types))
         return d
 
     # ---- presets -----------------------------------------------------------------------
@@ -189,6 +297,17 @@ class Qwen3_5Config:
                   linear_value_head_dim=16, linear_conv_kernel_dim=4, rope_theta=10_000.0,
                   partial_rotary_factor=0.25, mrope_section=(1, 1, 0),
                   max_position_embeddings=4096, pad_token_id=0, eos_token_id=1)
+        kw.update(overrides)
+        return cls(**kw)
+
+    @classmethod
+    def tiny_dense(cls, model_type: str = LLAMA, **overrides) -> "Qwen3_5Config":
+        """A few-second CPU Llama / Qwen3 (GQA, full RoPE, 4 attention layers)."""
+        kw = dict(model_type=model_type, vocab_size=320, hidden_size=64, intermediate_size=128,
+                  num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                  rope_theta=10_000.0, partial_rotary_factor=1.0, mrope_section=(), mrope_interleaved=False,
+                  rms_norm_eps=1e-5, max_position_embeddings=4096, pad_token_id=0, bos_token_id=None,
+                  eos_token_id=1)
         kw.update(overrides)
         return cls(**kw)
 

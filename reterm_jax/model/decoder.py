@@ -1,4 +1,5 @@
-"""Qwen3.5 text decoder: embeddings, hybrid DeltaNet / gated-attention layers, final norm, head.
+"""The text decoder: embeddings, layers (Qwen3.5's hybrid DeltaNet / gated attention, or Llama /
+Qwen3 full attention; model/config.py), final norm, head.
 
     logits = model(input_ids, positions=None, segment_ids=None)                 # [B,T,V] fp32
     logits, cache = model(input_ids, positions=..., segment_ids=..., cache=c)    # prefill/decode/continue
@@ -52,8 +53,9 @@ class DecoderLayer(nnx.Module):
             self.self_attn = GatedAttention(config, **kw)
         self.mlp = MLP(config, **kw)
         h, eps = config.hidden_size, config.rms_norm_eps
-        self.input_layernorm = RMSNorm(h, eps, "norm", param_dtype=param_dtype)
-        self.post_attention_layernorm = RMSNorm(h, eps, "norm", param_dtype=param_dtype)
+        norm = dict(param_dtype=param_dtype, offset=config.norm_offset)
+        self.input_layernorm = RMSNorm(h, eps, "norm", **norm)
+        self.post_attention_layernorm = RMSNorm(h, eps, "norm", **norm)
 
     def __call__(self, h: jax.Array, inputs: LayerInputs, cache=None):
         # With sequence parallelism h arrives split over its length (constrain_rows); each mixer
@@ -117,7 +119,8 @@ class TextModel(nnx.Module):
             DecoderLayer(config, layer_type, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
             for layer_type in config.layer_types])
         self.blocks = nnx.data(None)  # a data attribute either way (it holds the params when stacked)
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, "norm", param_dtype=param_dtype)
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, "norm", param_dtype=param_dtype,
+                            offset=config.norm_offset)
         self.set_scan_layers(scan_layers)
 
     @property

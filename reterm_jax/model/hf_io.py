@@ -331,9 +331,7 @@ def _write_side_files(model, out_dir: str, source: str | None, pending) -> None:
                     and f != st.INDEX_FILE):
                 shutil.copyfile(full, os.path.join(out_dir, f))
         return
-    cfg = dict(model.config.to_hf_text_dict())
-    cfg["architectures"] = ["Qwen3_5ForCausalLM"]
-    cfg.setdefault("model_type", "qwen3_5_text")
+    cfg = dict(model.config.to_hf_text_dict())  # with the family's model_type and architectures
     embed = next(t for t in pending if t.name.endswith("embed_tokens.weight"))
     cfg["dtype"] = str(embed.np_dtype)
     with open(os.path.join(out_dir, "config.json"), "w") as fh:

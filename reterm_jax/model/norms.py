@@ -1,4 +1,5 @@
-"""The two RMSNorms of Qwen3.5, which differ on purpose (scale 1+w vs w).
+"""The RMSNorms: Qwen3.5's two, which differ on purpose (scale 1+w vs w), and Llama / Qwen3's
+plain one (scale w).
 
 Math as pure functions; thin nnx modules hold the `weight` parameter under HF's name.
 Statistics are always taken in (at least) fp32 and the result is cast back to the input dtype.
@@ -28,6 +29,14 @@ def zero_centered_rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.A
     return out.astype(x.dtype)
 
 
+def plain_rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
+    """Llama / Qwen3: normalise in fp32, cast back to x's dtype, then scale by `w` (as HF:
+    `weight * hidden.to(input_dtype)`; the product's dtype is x's)."""
+    f = stat_dtype(x.dtype)
+    normed = _normalize(x.astype(f), eps).astype(x.dtype)
+    return (weight.astype(x.dtype) * normed).astype(x.dtype)
+
+
 def gated_rms_norm(x: jax.Array, gate: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
     """DeltaNet output norm: normalise in fp32, cast back, scale by plain `w`, gate by silu(z) in fp32."""
     f = stat_dtype(x.dtype)
@@ -38,14 +47,18 @@ def gated_rms_norm(x: jax.Array, gate: jax.Array, weight: jax.Array, eps: float)
 
 
 class RMSNorm(nnx.Module):
-    """Zero-centered RMSNorm (layer norms, final norm, q_norm, k_norm); weight starts at 0."""
+    """Layer norms, final norm, q_norm, k_norm. offset=True (Qwen3.5): zero-centred, scale 1 + w,
+    weight starts at 0; offset=False (Llama, Qwen3): scale w, weight starts at 1."""
 
-    def __init__(self, dim: int, eps: float, axis_name: str, *, param_dtype=jnp.float32):
+    def __init__(self, dim: int, eps: float, axis_name: str, *, param_dtype=jnp.float32, offset: bool = True):
         self.eps = eps
-        self.weight = logical_param(jnp.zeros((dim,), param_dtype), (axis_name,))
+        self.offset = offset  # static
+        init = jnp.zeros if offset else jnp.ones
+        self.weight = logical_param(init((dim,), param_dtype), (axis_name,))
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return zero_centered_rms_norm(x, self.weight[...], self.eps)
+        norm = zero_centered_rms_norm if self.offset else plain_rms_norm
+        return norm(x, self.weight[...], self.eps)
 
 
 class GatedRMSNorm(nnx.Module):

@@ -28,7 +28,8 @@ def matmul_params(cfg: Qwen3_5Config) -> int:
     """Weights that take part in a matmul per token (all dense kernels and the LM head)."""
     h, i = cfg.hidden_size, cfg.intermediate_size
     mlp = 3 * h * i
-    attn = h * (2 * cfg.num_attention_heads * cfg.head_dim) + 2 * h * cfg.num_key_value_heads * cfg.head_dim \
+    q_width = (2 if cfg.attention_output_gate else 1) * cfg.num_attention_heads * cfg.head_dim
+    attn = h * q_width + 2 * h * cfg.num_key_value_heads * cfg.head_dim \
         + cfg.num_attention_heads * cfg.head_dim * h
     delta = h * cfg.linear_conv_dim + h * cfg.linear_value_dim + 2 * h * cfg.linear_num_value_heads \
         + cfg.linear_value_dim * h

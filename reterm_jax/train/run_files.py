@@ -25,7 +25,7 @@ def write_run_files(config, model_config, workdir: str, ckpt_dir: str) -> None:
     if config.model.hf_path:
         shutil.copyfile(os.path.join(config.model.hf_path, "config.json"), os.path.join(ckpt_dir, "config.json"))
     else:
-        hf = dict(model_config.to_hf_text_dict(), architectures=["Qwen3_5ForCausalLM"])
+        hf = model_config.to_hf_text_dict()
         with open(os.path.join(ckpt_dir, "config.json"), "w") as fh:
             json.dump(hf, fh, indent=2)
 
