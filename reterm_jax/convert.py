@@ -1,5 +1,6 @@
 """HF checkpoint dir <-> orbax params checkpoint.
 
+    python -m reterm_jax.convert --from=gguf --gguf=FILE.gguf --out=HF_DIR [--dtype=bfloat16]
     python -m reterm_jax.convert --to=orbax --hf=HF_DIR --out=CKPT_DIR [--param_dtype=float32]
     python -m reterm_jax.convert --to=hf --checkpoint=CKPT_DIR --out=HF_DIR \
         [--source=HF_DIR] [--dtype=bfloat16] [--mesh=1,-1,1]
@@ -12,6 +13,10 @@ CheckpointManager dir (`<step>/params`, latest step), given a config.json via --
 Export with --source (default: the HF dir recorded at conversion, if it still exists)
 copies the vision tower, MTP head, config and tokenizer files and keeps every tensor's
 source dtype, so HF -> orbax -> HF is bit-identical.
+
+`--from=gguf` imports a llama.cpp GGUF file (Llama or Qwen3) as an HF dir: dequantised weights
+(fp32, or bf16 with --dtype=bfloat16), llama.cpp's q/k row permutation undone, config.json and the
+tokenizer files (reterm_jax/model/gguf_import.py).
 """
 from __future__ import annotations
 
@@ -37,6 +42,8 @@ def define_flags() -> None:
     """The CLI's flags, defined only when this module is the program (`python -m
     reterm_jax.convert`): other CLIs import its functions and may have flags of the same names."""
     flags.DEFINE_enum("to", None, ["orbax", "hf"], "Direction: HF dir -> orbax, or orbax -> HF dir.")
+    flags.DEFINE_enum("from", None, ["gguf"], "Import a llama.cpp GGUF file (--gguf) as an HF dir (--out).")
+    flags.DEFINE_string("gguf", None, "--from=gguf: the GGUF file to import.")
     flags.DEFINE_string("hf", None, "--to=orbax: HF checkpoint dir to read.")
     flags.DEFINE_string("checkpoint", None, "--to=hf: orbax checkpoint dir to read.")
     flags.DEFINE_string("out", None, "Output directory.")
@@ -188,8 +195,14 @@ def _main(argv):
         if given:
             raise UserError(f"--to={FLAGS.to} does not take " + ", ".join(f"--{n}" for n in given))
 
+    if FLAGS["from"].value == "gguf":
+        _import_gguf()
+        return
+    if FLAGS.gguf:
+        raise UserError("--gguf needs --from=gguf")
     if FLAGS.to is None:
-        raise UserError("pass --to=orbax (with --hf, --out) or --to=hf (with --checkpoint, --out)")
+        raise UserError("pass --to=orbax (with --hf, --out), --to=hf (with --checkpoint, --out) or "
+                        "--from=gguf (with --gguf, --out)")
     mesh = mesh_from_spec(FLAGS.mesh) if FLAGS.mesh else None
     if FLAGS.to == "orbax":
         need("hf", "out")
@@ -213,6 +226,22 @@ def _main(argv):
         orbax_to_hf(FLAGS.checkpoint, FLAGS.out, source=FLAGS.source,
                     dtype=jnp.dtype(FLAGS.dtype) if FLAGS.dtype else None, mesh=mesh)
         logging.info("wrote HF checkpoint to %s", FLAGS.out)
+
+
+def _import_gguf() -> None:
+    given = [n for n in ("to", "hf", "checkpoint", "source", "mesh") if getattr(FLAGS, n)]
+    if given:
+        raise UserError("--from=gguf does not take " + ", ".join(f"--{n}" for n in given))
+    if not FLAGS.gguf or not FLAGS.out:
+        raise UserError("--from=gguf needs --gguf=FILE and --out=HF_DIR")
+    if os.path.isdir(FLAGS.out) and os.listdir(FLAGS.out) and not FLAGS.overwrite:
+        raise UserError(f"--out={FLAGS.out}: is not empty; choose an empty directory or pass --overwrite")
+    if os.path.exists(FLAGS.out) and not os.path.isdir(FLAGS.out):
+        raise UserError(f"--out={FLAGS.out}: is a file; give a directory")
+    from reterm_jax.model.gguf_import import read_gguf, write_hf_dir
+    reader = read_gguf(FLAGS.gguf)  # one line and nothing written for a foreign or cut file
+    path = write_hf_dir(reader, FLAGS.out, dtype=FLAGS.dtype or "float32")
+    logging.info("wrote HF checkpoint to %s", path)
 
 
 if __name__ == "__main__":

@@ -226,3 +226,20 @@ def test_attention_remat_policy_keeps_flash_outputs_and_the_gradients(reference)
     assert lse in text and out in text, text
     text = saved(_models(True)[1])
     assert lse not in text and out not in text, text
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_dense_family_scans_one_layer_blocks(family):
+    """Llama / Qwen3 (all full attention) repeat a block of one layer: the scan over it equals the
+    loop, logits and gradients."""
+    cfg = Qwen3_5Config.tiny_dense(family, num_hidden_layers=3)
+    assert block_period(cfg.layer_types) == 1
+    loop = Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(0))
+    scan = Qwen3_5ForCausalLM(cfg, scan_layers=True, rngs=nnx.Rngs(0))
+    grad_fn = nnx.jit(nnx.value_and_grad(_loss, has_aux=True))
+    (l_loop, logits_loop), g_loop = grad_fn(loop, *_packed_batch())
+    (l_scan, logits_scan), g_scan = grad_fn(scan, *_packed_batch())
+    np.testing.assert_allclose(np.asarray(logits_scan), np.asarray(logits_loop), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(float(l_scan), float(l_loop), rtol=1e-6)
+    assert len(scan.model.blocks) == 1
+    _assert_same_grads(g_loop, g_scan)
