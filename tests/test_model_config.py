@@ -64,8 +64,14 @@ def test_bad_values_from_hf_dict():
     text["rope_parameters"] = dict(text["rope_parameters"], rope_type="linear", factor=2.0)
     with pytest.raises(ValueError, match="rope_type"):
         Qwen3_5Config.from_hf_dict(text)
-    with pytest.raises(ValueError, match="model_type"):
-        Qwen3_5Config.from_hf_dict({"model_type": "llama"})
+    with pytest.raises(ValueError, match="model_type='gpt2'"):
+        Qwen3_5Config.from_hf_dict({"model_type": "gpt2"})
+    for key, value in (("mlp_bias", True), ("use_sliding_window", True), ("pretraining_tp", 2)):
+        with pytest.raises(ValueError, match=key):
+            Qwen3_5Config.from_hf_dict({"model_type": "llama", key: value})
+    assert Qwen3_5Config.from_hf_dict({"model_type": "llama"}).num_key_value_heads == 32  # LlamaConfig's defaults
+
+
 
 
 def test_9b_parameter_count_equals_transformers():
