@@ -15,6 +15,7 @@ import os
 
 from reterm_jax.data.sources import looks_local
 from reterm_jax.errors import UserError
+from reterm_jax.train.trainable import check_spec
 from reterm_jax.typed_config import at_least, build, doc, field_docs as docs_of, one_of
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -63,9 +64,12 @@ class Optim:
     weight_decay: float = doc(0.0, "decoupled weight decay (1-D params such as norm scales are skipped)")
     grad_clip: float = doc(1.0, "global-norm clipping (0 = off)")
     mu_dtype: str = doc("", "Adam's first-moment dtype; empty: the params' dtype")
+    trainable: str = doc("", "which params train: '' every one; 'top:N' the last N decoder layers, the final "
+                         "norm and an untied head (the rest frozen, not differentiated; needs scan_layers=False)")
 
     def __post_init__(self):
         at_least("optim", self, lr=0.0, warmup_steps=0, weight_decay=0.0, grad_clip=0.0)
+        check_spec(self.trainable)
         if self.decay_steps is not None:
             at_least("optim", self, decay_steps=1)
         if self.mu_dtype:

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import optax
 
 from reterm_jax.model.stacked import per_layer_ndim
+from reterm_jax.train.trainable import masked
 
 
 def lr_schedule(cfg) -> optax.Schedule:
@@ -32,7 +33,8 @@ def _decay_mask(params):
 
 def make_optimizer(cfg) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """cfg: the `optim` ConfigDict (lr schedule fields + b1, b2, eps, weight_decay, grad_clip,
-    mu_dtype). Optimizer moments take the params' dtype unless mu_dtype says otherwise."""
+    mu_dtype, trainable). Optimizer moments take the params' dtype unless mu_dtype says otherwise;
+    with `trainable` only those params get updates and state (clipping sees only their gradients)."""
     schedule = lr_schedule(cfg)
     mu_dtype = jnp.dtype(cfg.mu_dtype) if cfg.get("mu_dtype") else None
     chain = []
@@ -40,4 +42,4 @@ def make_optimizer(cfg) -> tuple[optax.GradientTransformation, optax.Schedule]:
         chain.append(optax.clip_by_global_norm(cfg.grad_clip))
     chain.append(optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, mu_dtype=mu_dtype,
                              weight_decay=cfg.weight_decay, mask=_decay_mask))
-    return optax.chain(*chain), schedule
+    return masked(optax.chain(*chain), cfg.get("trainable", "")), schedule

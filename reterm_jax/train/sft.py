@@ -92,7 +92,7 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
 
     # ---- 4. the jitted step ---------------------------------------------------------------------
     train_step = make_train_step(graphdef, tx, schedule, micro_batches=config.train.micro_batches,
-                                 mesh=mesh, shardings=shardings)
+                                 mesh=mesh, shardings=shardings, trainable=optim.trainable)
     flops_per_token = flops.flops_per_token(model_config, config.data.seq_len)
     peak = flops.peak_flops_per_device(config.train.peak_flops)
 

@@ -21,6 +21,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from reterm_jax.train.losses import masked_nll_sums, mean_loss
 from reterm_jax.train.state import TrainState, batch_sharding, replicated
+from reterm_jax.train.trainable import freeze, trainable_mask
 
 BATCH_KEYS = ("tokens", "segment_ids", "positions", "targets", "target_mask")
 
@@ -53,13 +54,16 @@ def split_micro_batches(batch: dict, k: int, mesh: Mesh, keys=BATCH_KEYS) -> dic
 
 
 def accumulate(loss_fn, params, batch: dict, micro_batches: int, mesh: Mesh, *, keys=BATCH_KEYS,
-               aux_keys: tuple[str, ...] = ()):
+               aux_keys: tuple[str, ...] = (), trainable: str = ""):
     """The one gradient-accumulation mechanism (SFT and GRPO). loss_fn(params, micro_batch) ->
     (loss sum, (token count, {aux_key: sum})). Returns (grads of the token-mean loss, loss sum,
     token count, aux sums): the sums are accumulated over a lax.scan of the micro-batches and
-    divided once, after it."""
+    divided once, after it. `trainable` (optim.trainable): the frozen params' gradients are zeros
+    and the layers below the lowest trainable one are not differentiated (train/trainable.py)."""
+    mask = trainable_mask(params, trainable) if trainable else None
+
     def sum_with_aux(p, mb):  # differentiate the loss *sum*; aux = (that sum, count, aux sums)
-        s, (c, aux) = loss_fn(p, mb)
+        s, (c, aux) = loss_fn(freeze(p, mask), mb)
         return s, (s, c, aux)
 
     def body(carry, mb):
@@ -77,24 +81,26 @@ def accumulate(loss_fn, params, batch: dict, micro_batches: int, mesh: Mesh, *, 
     return jax.tree.map(lambda g: g * scale, grads), loss_sum, count, sums
 
 
-def accumulate_gradients(graphdef, params, batch: dict, micro_batches: int, mesh: Mesh):
+def accumulate_gradients(graphdef, params, batch: dict, micro_batches: int, mesh: Mesh, trainable: str = ""):
     """(grads of the token-mean loss, loss sum, token count) over `micro_batches` slices."""
     def loss_fn(p, mb):
         s, c = loss_sums(graphdef, p, mb)
         return s, (c, {})
-    grads, loss_sum, count, _ = accumulate(loss_fn, params, batch, micro_batches, mesh)
+    grads, loss_sum, count, _ = accumulate(loss_fn, params, batch, micro_batches, mesh, trainable=trainable)
     return grads, loss_sum, count
 
 
 def make_train_step(graphdef, tx: optax.GradientTransformation, schedule: optax.Schedule, *,
-                    micro_batches: int, mesh: Mesh, shardings: TrainState) -> Callable:
-    """jit(train_step) with explicit shardings; the input state is donated."""
+                    micro_batches: int, mesh: Mesh, shardings: TrainState, trainable: str = "") -> Callable:
+    """jit(train_step) with explicit shardings; the input state is donated. `trainable`: optim.trainable
+    (the same spec `tx` was masked with)."""
 
     def train_step(state: TrainState, batch: dict):
         # Traced under the mesh, so the decoder can pin activations to the "batch" rule
         # (model.decoder.constrain_rows); otherwise XLA may give every device every row.
         with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
-            grads, loss_sum, count = accumulate_gradients(graphdef, state.params, batch, micro_batches, mesh)
+            grads, loss_sum, count = accumulate_gradients(graphdef, state.params, batch, micro_batches, mesh,
+                                                          trainable)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         rng, _ = jax.random.split(state.rng)  # nothing in SFT draws from it yet; it advances so

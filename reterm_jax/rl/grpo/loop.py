@@ -148,7 +148,7 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
     # ---- 4. the jitted step -------------------------------------------------------------------------------
     train_step = make_grpo_step(graphdef, tx, schedule, micro_batches=config.train.micro_batches, mesh=mesh,
                                 shardings=shardings, sampling_temperature=config.rollout.temperature,
-                                loss_cfg=cfg.loss)
+                                loss_cfg=cfg.loss, trainable=optim.trainable)
 
     # ---- 5. the loop ----------------------------------------------------------------------------------------
     last = min(config.train.steps, stop_at_step or config.train.steps)

@@ -80,12 +80,13 @@ def grpo_loss_sums(graphdef, params, mb: dict, ref_params, *, sampling: Sampling
 
 
 def accumulate_grpo_gradients(graphdef, params, batch: dict, ref_params, *, micro_batches: int, mesh: Mesh,
-                              sampling: SamplingParams, loss_cfg):
+                              sampling: SamplingParams, loss_cfg, trainable: str = ""):
     """(grads of the token-mean objective, objective sum, token count, metric sums)."""
     def loss_fn(p, mb):
         return grpo_loss_sums(graphdef, p, mb, ref_params, sampling=sampling, loss_cfg=loss_cfg)
     batch = with_defaults(batch)
-    return accumulate(loss_fn, params, batch, micro_batches, mesh, keys=BATCH_KEYS, aux_keys=(*STAT_KEYS, "entropy"))
+    return accumulate(loss_fn, params, batch, micro_batches, mesh, keys=BATCH_KEYS, aux_keys=(*STAT_KEYS, "entropy"),
+                      trainable=trainable)
 
 
 def grpo_metrics(loss_sum, count, sums: dict) -> dict:
@@ -111,9 +112,11 @@ def grpo_metrics(loss_sum, count, sums: dict) -> dict:
 
 
 def make_grpo_step(graphdef, tx: optax.GradientTransformation, schedule: optax.Schedule, *, micro_batches: int,
-                   mesh: Mesh, shardings: TrainState, sampling_temperature: float, loss_cfg) -> Callable:
+                   mesh: Mesh, shardings: TrainState, sampling_temperature: float, loss_cfg,
+                   trainable: str = "") -> Callable:
     """step(state, batch, ref_params | None) -> (state, metrics); jitted with explicit shardings,
-    the input state donated. loss_cfg: the config's loss section (rl/grpo/config.py Loss)."""
+    the input state donated. loss_cfg: the config's loss section (rl/grpo/config.py Loss);
+    trainable: optim.trainable (train/trainable.py), the spec `tx` was masked with."""
     check_sampling(sampling_temperature)
     sampling = SamplingParams(temperature=float(sampling_temperature))
     use_ref = float(loss_cfg.kl_coef) > 0
@@ -122,7 +125,7 @@ def make_grpo_step(graphdef, tx: optax.GradientTransformation, schedule: optax.S
         with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):  # rows pinned to "batch" (see train/step.py)
             grads, loss_sum, count, sums = accumulate_grpo_gradients(
                 graphdef, state.params, batch, ref_params, micro_batches=micro_batches, mesh=mesh,
-                sampling=sampling, loss_cfg=loss_cfg)
+                sampling=sampling, loss_cfg=loss_cfg, trainable=trainable)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         rng, _ = jax.random.split(state.rng)  # advances every step, so a resume continues the sequence
