@@ -141,6 +141,8 @@ def main(argv):
         raise UserError("--tasks=DIR is required")
     dirs = task_dirs(_TASKS.value)
     check_config(config)
+    from reterm_jax.pretrained import resolve_model_path
+    config.model.hf_path = resolve_model_path(config.model.hf_path)  # e.g. smollm2: fetched once, then cached
     baseline = load_baseline(_BASELINE.value) if _BASELINE.value else None
     workdir = _WORKDIR.value or os.path.join("runs", f"eval-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}")
     out = Path(_OUT.value or os.path.join(workdir, "results.json"))

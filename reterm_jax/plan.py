@@ -36,6 +36,7 @@ from reterm_jax.model.delta_rule import GROUP_TOKENS
 from reterm_jax.model.scan import block_period
 from reterm_jax.parallel.rules import LOGICAL_RULES, logical_to_spec, variable_axes
 from reterm_jax.plan_common import memory_stats, plan_model_config, worker_rows
+from reterm_jax.train.trainable import is_masked
 
 HBM = {"h200": 141e9, "h100": 80e9, "tpu_v5p": 95e9, "tpu_v5e": 16e9, "tpu_v6e": 32e9, "tpu_v4": 32e9}
 GB = 1e9
@@ -73,12 +74,12 @@ def grpo_rollout_rows(cfg) -> int:
     return max(1, cfg.rollout.workers) * worker_rows(cfg)
 
 
-def _optimizer(cfg):
+def _optimizer(cfg, abs_params):
     from reterm_jax.train.optimizer import make_optimizer
     optim = cfg.optim.copy_and_resolve_references()
     optim.decay_steps = optim.decay_steps or cfg.train.steps
     optim.warmup_steps = min(optim.warmup_steps, optim.decay_steps - 1)
-    return make_optimizer(optim)
+    return make_optimizer(optim, abs_params)
 
 
 def estimate(cfg, n_devices: int, *, rollout_batch: int = 0, rollout_len: int = 0,
@@ -99,11 +100,11 @@ def estimate(cfg, n_devices: int, *, rollout_batch: int = 0, rollout_len: int = 
     elems = sum(math.prod(p.shape) * f for p, f in zip(jax.tree.leaves(abs_params), jax.tree.leaves(fraction)))
     param_bytes = sum(math.prod(p.shape) * p.dtype.itemsize * f
                       for p, f in zip(jax.tree.leaves(abs_params), jax.tree.leaves(fraction)))
-    tx, _ = _optimizer(cfg)
+    tx, _ = _optimizer(cfg, abs_params)
     opt_shapes = jax.eval_shape(tx.init, abs_params)
-    opt_bytes = sum(jax.tree.leaves(optax.tree_utils.tree_map_params(
-        tx, lambda x, f: math.prod(x.shape) * x.dtype.itemsize * f, opt_shapes, fraction,
-        transform_non_params=lambda x: math.prod(x.shape) * x.dtype.itemsize)))
+    opt_bytes = sum(jax.tree.leaves(optax.tree_utils.tree_map_params(  # frozen params (optim.trainable): none
+        tx, lambda x, f: 0 if is_masked(x) else math.prod(x.shape) * x.dtype.itemsize * f, opt_shapes, fraction,
+        transform_non_params=lambda x: math.prod(x.shape) * x.dtype.itemsize, is_leaf=is_masked)))
     grad_bytes = 2 * 4 * elems  # fp32 accumulator + one micro-batch's gradient (train/step.py)
     # The embedding / LM-head gradients of a micro-batch are full [V/tp, H] fp32 partial sums on
     # every device before XLA reduce-scatters them over fsdp.
@@ -317,7 +318,7 @@ def aot_compile(cfg, scan_layers: bool = True) -> dict:
     graphdef, abs_state = nnx.split(abstract, nnx.Param)
     param_sh = nnx.to_pure_dict(state_shardings(abs_state, mesh))
     abs_params = nnx.to_pure_dict(abs_state)
-    tx, schedule = _optimizer(cfg)
+    tx, schedule = _optimizer(cfg, abs_params)
     shardings = train_state_shardings(tx, abs_params, param_sh, mesh)
     state = abstract_train_state(abs_params, tx, shardings)
     shape = (cfg.train.batch_size, cfg.data.seq_len)

@@ -128,3 +128,24 @@ def test_chat_template_equals_transformers_on_demo_rows(smol):
         for gen in (False, True):
             assert smol["ours_tok"].apply_chat_template(messages, tokenize=False, add_generation_prompt=gen) == \
                 smol["ref_tok"].apply_chat_template(messages, tokenize=False, add_generation_prompt=gen)
+
+
+def test_agent_chat_renders_token_exact_with_tags_as_text(smol):
+    """SmolLM2's vocabulary has ChatML's tokens but no <tool_call> / <tool_response> / <think>: the
+    agent writes those as text (docs/pretrained.md). The loss masks stay token-exact: on every demo
+    row the piecewise tokens equal the whole string's (verify=True), and the target tokens decode to
+    exactly the assistant turns' rendered text, tags included."""
+    from reterm_jax.data.chat import encode_example, render
+    from reterm_jax.data.literal import plain
+    from reterm_jax.data.tokenizer import load_tokenizer, special_ids
+    tok = load_tokenizer(smol["hf_dir"])
+    ids = special_ids(tok)
+    assert ids.tags_as_text and (ids.pad, ids.im_start, ids.im_end) == (0, 1, 2)
+    assert "<tool_call>" not in tok.get_vocab()
+    rows = [json.loads(line) for line in open(os.path.join(ASSETS_DIR, "demo", "reterm_demo.jsonl"))]
+    for row in rows:
+        ex = encode_example(row, tok, verify=True)
+        pieces = render(row["messages"], row.get("tools"), row["train_from_message_index"])
+        want = "".join(plain(p.text) for p in pieces if p.target)
+        assert tok.decode(ex.tokens[ex.loss_mask]) == want, row["id"]
+        assert "<tool_call>" in want

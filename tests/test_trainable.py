@@ -41,7 +41,7 @@ def test_top_layers_train_and_the_rest_stays_bit_identical(tied):
     mesh = make_mesh()
     optim = ConfigDict(dict(lr=1e-2, warmup_steps=0, decay_steps=10, end_lr_ratio=1.0, b1=0.9, b2=0.95, eps=1e-8,
                             weight_decay=0.1, grad_clip=1.0, mu_dtype="", trainable="top:1"))
-    tx, _ = make_optimizer(optim)
+    tx, _ = make_optimizer(optim, params)
     mask = _flat(trainable_mask(params, "top:1"))
     trains = {k for k, m in mask.items() if m}
     assert trains and all("[3]" in k or "'norm'" in k and "layers" not in k or "lm_head" in k for k in trains)

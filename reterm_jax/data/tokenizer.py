@@ -20,12 +20,19 @@ class SpecialIds:
     pad: int            # <|endoftext|>: padding, and an end-of-text stop token
     im_start: int
     im_end: int         # end of turn
-    tool_call: int
-    tool_call_end: int
-    tool_response: int
-    tool_response_end: int
-    think: int
-    think_end: int
+    # The tags are one added token each in Qwen3.5's vocabulary. A vocabulary without them
+    # (SmolLM2's) writes them as text, several ordinary tokens each: None here (docs/pretrained.md).
+    tool_call: int | None = None
+    tool_call_end: int | None = None
+    tool_response: int | None = None
+    tool_response_end: int | None = None
+    think: int | None = None
+    think_end: int | None = None
+
+    @property
+    def tags_as_text(self) -> bool:
+        """Whether <tool_call>, <tool_response> and <think> are text rather than added tokens."""
+        return self.tool_call is None
 
     @property
     def stop(self) -> tuple[int, ...]:
@@ -86,11 +93,20 @@ def resolve_tokenizer(explicit: str, hf_path: str, vocab_size: int) -> str:
     return hf_path or TINY_TOKENIZER_DIR
 
 
+_REQUIRED = ("pad", "im_start", "im_end")
+
+
 def special_ids(tokenizer) -> SpecialIds:
+    """The ids of the chat's special tokens: <|endoftext|>, <|im_start|> and <|im_end|> must be
+    tokens (ChatML); the tool and think tags are tokens either all or none (then text)."""
     vocab = tokenizer.get_vocab()
-    missing = [tok for tok in _SPECIAL_TOKENS.values() if tok not in vocab]
+    missing = [_SPECIAL_TOKENS[f] for f in _REQUIRED if _SPECIAL_TOKENS[f] not in vocab]
+    tags = [f for f in _SPECIAL_TOKENS if f not in _REQUIRED]
+    present = [f for f in tags if _SPECIAL_TOKENS[f] in vocab]
+    if present and len(present) < len(tags):
+        missing += [_SPECIAL_TOKENS[f] for f in tags if f not in present]
     if missing:
         raise ValueError(
-            f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} lacks the Qwen3.5 tokens {missing}; "
-            "use the Qwen3.5 tokenizer or reterm_jax/assets/tokenizer")
-    return SpecialIds(**{field: vocab[tok] for field, tok in _SPECIAL_TOKENS.items()})
+            f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} lacks the ChatML / Qwen3.5 tokens {missing}; "
+            "use a ChatML tokenizer (Qwen3.5, SmolLM2) or reterm_jax/assets/tokenizer")
+    return SpecialIds(**{f: vocab[_SPECIAL_TOKENS[f]] for f in (*_REQUIRED, *present)})

@@ -27,4 +27,7 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
         c.sampling = ml_collections.ConfigDict(dict(temperature=0.6, top_k=20, top_p=0.95))
         c.limits = ml_collections.ConfigDict(dict(max_turns=100, max_tokens=256_000, max_new_tokens_per_turn=16_384,
                                                   wall_clock_s=3600.0, command_timeout_s=120.0))
+    if preset == "smollm2":
+        c.policy = "model"
+        c.model.hf_path = "smollm2"  # fetched and converted on first use
     return c

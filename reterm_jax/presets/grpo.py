@@ -87,4 +87,7 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
         c.train.micro_batches = 16
         c.train.seq_len = 262_144    # >= the 256k budget (a multiple of 1024)
         c.checkpoint.every = 20
+    if preset == "smollm2":  # the warm start runs the smollm2 SFT preset (rl/grpo/init.py)
+        c.optim.trainable = "top:10"
+        c.optim.lr = 1e-5
     return c

@@ -57,4 +57,16 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
         c.optim.warmup_steps = 30
         c.optim.weight_decay = 0.1
         c.checkpoint.every = 200
+    if preset == "smollm2":
+        c.model.hf_path = "smollm2"   # fetched and converted on first use (python -m reterm_jax.pretrained smollm2)
+        c.model.overrides = ml_collections.ConfigDict()
+        # ~127 tok/s forward+backward for all 30 layers on 2 CPU cores: train the top third (the
+        # lower layers are not differentiated) on the demo rows cut to 2048 tokens
+        c.optim.trainable = "top:10"
+        c.optim.lr = 1e-4
+        c.optim.warmup_steps = 2
+        c.optim.b2 = 0.999
+        c.train.steps = 40
+        c.train.batch_size = 1
+        c.checkpoint.every = 20
     return c

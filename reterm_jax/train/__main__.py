@@ -37,6 +37,8 @@ def main(argv):
         checks.check_config(config)
         return
     checks.check_config(config)  # the user's typing, before JAX starts
+    from reterm_jax.pretrained import resolve_model_path
+    config.model.hf_path = resolve_model_path(config.model.hf_path)  # e.g. smollm2: fetched once, then cached
     loop = importlib.import_module(MODES[mode])
     from reterm_jax.cpu_flags import apply_cpu_defaults
     # SFT only: measured faster there; GRPO's time is mostly the sampler's decode, where one

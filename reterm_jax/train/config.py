@@ -21,14 +21,15 @@ from reterm_jax.typed_config import at_least, build, doc, field_docs as docs_of,
 DTYPES = ("float32", "bfloat16", "float16")
 REMATS = ("none", "full", "block", "dots", "attention")  # train/state.py REMAT_POLICIES
 ATTENTION = ("auto", "reference", "flash", "cudnn", "splash")  # model/attention.py ATTENTION_IMPLS
-MODEL_PRESETS = ("tiny", "qwen3_5_9b")
+MODEL_PRESETS = ("tiny", "qwen3_5_9b", "smollm2")
 PRESET_HINT = "reterm_jax.presets (configs/sft.py, configs/grpo.py)"
 
 
 @dataclasses.dataclass(frozen=True)
 class Model:
-    preset: str = doc("tiny", "the model's shape without an HF checkpoint: tiny | qwen3_5_9b")
-    hf_path: str = doc("", "HF checkpoint dir; empty: random init from `preset` (tiny only)")
+    preset: str = doc("tiny", "the model's shape without an HF checkpoint: tiny | qwen3_5_9b | smollm2")
+    hf_path: str = doc("", "HF checkpoint dir, or a name reterm_jax.pretrained fetches (smollm2); empty: random "
+                           "init from `preset` (tiny only)")
     dtype: str = doc("float32", "compute dtype of activations and matmuls")
     param_dtype: str = doc("float32", "master weights; the optimizer moments follow (optim.mu_dtype)")
     remat: str = doc("none", "none | full (recompute each layer) | block (scanned: one saved input per block) | "

@@ -31,10 +31,11 @@ def _decay_mask(params):
     return jax.tree_util.tree_map_with_path(lambda path, p: per_layer_ndim(path, p) >= 2, params)
 
 
-def make_optimizer(cfg) -> tuple[optax.GradientTransformation, optax.Schedule]:
+def make_optimizer(cfg, params=None) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """cfg: the `optim` ConfigDict (lr schedule fields + b1, b2, eps, weight_decay, grad_clip,
     mu_dtype, trainable). Optimizer moments take the params' dtype unless mu_dtype says otherwise;
-    with `trainable` only those params get updates and state (clipping sees only their gradients)."""
+    with `trainable` only those params get updates and state (clipping sees only their gradients);
+    it needs `params` (the param tree, abstract is enough)."""
     schedule = lr_schedule(cfg)
     mu_dtype = jnp.dtype(cfg.mu_dtype) if cfg.get("mu_dtype") else None
     chain = []
@@ -42,4 +43,4 @@ def make_optimizer(cfg) -> tuple[optax.GradientTransformation, optax.Schedule]:
         chain.append(optax.clip_by_global_norm(cfg.grad_clip))
     chain.append(optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, mu_dtype=mu_dtype,
                              weight_decay=cfg.weight_decay, mask=_decay_mask))
-    return masked(optax.chain(*chain), cfg.get("trainable", "")), schedule
+    return masked(optax.chain(*chain), cfg.get("trainable", ""), params), schedule

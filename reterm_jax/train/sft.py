@@ -75,7 +75,7 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
             optim.warmup_steps = optim.decay_steps // 10
             logging.warning("optim.warmup_steps >= train.steps=%d: warming up for %d steps instead",
                             config.train.steps, optim.warmup_steps)
-    tx, schedule = make_optimizer(optim)
+    tx, schedule = make_optimizer(optim, abs_params)
     shardings = train_state_shardings(tx, abs_params, param_shardings, mesh)
     ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=config.checkpoint.keep,
                         save_every=config.checkpoint.every, async_save=config.checkpoint.async_save)

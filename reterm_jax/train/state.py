@@ -27,6 +27,7 @@ from reterm_jax.model.config import Qwen3_5Config
 from reterm_jax.model.decoder import Qwen3_5ForCausalLM
 from reterm_jax.model.hf_io import abstract_model, load_pretrained
 from reterm_jax.parallel.rules import logical_to_sharding, state_shardings
+from reterm_jax.train.trainable import is_masked
 
 REMAT_POLICIES = {
     "none": False,
@@ -124,8 +125,8 @@ def train_state_shardings(tx: optax.GradientTransformation, abs_params, param_sh
                           mesh: Mesh) -> TrainState:
     """Optimizer moments mirror their param's sharding; counters, step and RNG are replicated."""
     opt = optax.tree_utils.tree_map_params(
-        tx, lambda _, s: s, jax.eval_shape(tx.init, abs_params), param_shardings,
-        transform_non_params=lambda _: replicated(mesh))
+        tx, lambda x, s: x if is_masked(x) else s, jax.eval_shape(tx.init, abs_params), param_shardings,
+        transform_non_params=lambda _: replicated(mesh), is_leaf=is_masked)  # frozen params have no state
     return TrainState(step=replicated(mesh), params=param_shardings, opt_state=opt,
                       rng=replicated(mesh))
 

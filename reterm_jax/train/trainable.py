@@ -66,9 +66,19 @@ def freeze(params, mask):
     return jax.tree.map(lambda m, p: p if m else jax.lax.stop_gradient(p), mask, params)
 
 
-def masked(tx: optax.GradientTransformation, spec: str) -> optax.GradientTransformation:
-    """`tx` on the trainable params only; frozen ones get zero updates and keep no state."""
+def masked(tx: optax.GradientTransformation, spec: str, params) -> optax.GradientTransformation:
+    """`tx` on the trainable params only; frozen ones get zero updates and keep no state (their
+    places in the state are optax MaskedNodes). `params`: the param tree, concrete or abstract (the
+    labels are fixed here, not computed at init, so optax.tree_utils.tree_map_params can map the
+    state)."""
     if not spec:
         return tx
-    labels = lambda params: jax.tree.map(lambda m: "train" if m else "frozen", trainable_mask(params, spec))
+    if params is None:
+        raise ValueError("optim.trainable needs the param tree: make_optimizer(optim, params)")
+    labels = jax.tree.map(lambda m: "train" if m else "frozen", trainable_mask(params, spec))
     return optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()}, labels)
+
+
+def is_masked(x) -> bool:
+    """A frozen param's place in the optimizer state (for tree_map_params' is_leaf)."""
+    return isinstance(x, optax.MaskedNode)

@@ -16,6 +16,7 @@ from reterm_jax.rl.grpo.config import Rollout
 from reterm_jax.sandbox.config import Sandbox
 from reterm_jax.typed_config import at_least, build, doc, one_of
 from reterm_jax.typed_config import field_docs as docs_of
+from reterm_jax.pretrained import MODELS as PRETRAINED
 
 POLICIES = ("model", "oracle", "fault_then_oracle")
 PRESET_HINT = "reterm_jax.presets.eval.get_config (configs/eval.py)"
@@ -57,7 +58,7 @@ class Protocol:
 
 @dataclasses.dataclass(frozen=True)
 class EvalModel:
-    preset: str = doc("tiny", "the model's shape without a checkpoint: tiny | qwen3_5_9b")
+    preset: str = doc("tiny", "the model's shape without a checkpoint: tiny | qwen3_5_9b | smollm2")
     hf_path: str = doc("", "HF checkpoint dir (weights + tokenizer)")
     checkpoint: str = doc("", "orbax checkpoint (config.json beside it, or the HF dir in hf_path)")
     tokenizer: str = doc("", "tokenizer dir, or 'qwen3.5'; empty: hf_path's own, else the real Qwen3.5 tokenizer "
@@ -114,7 +115,7 @@ class EvalConfig:
         if self.run.policy != "model":
             return
         m = self.model
-        if m.hf_path and not os.path.isfile(os.path.join(m.hf_path, "config.json")):
+        if m.hf_path and m.hf_path not in PRETRAINED and not os.path.isfile(os.path.join(m.hf_path, "config.json")):
             what = "no such directory" if not os.path.isdir(m.hf_path) else "no config.json in it (not an HF model dir)"
             raise UserError(f"--config.model.hf_path={m.hf_path}: {what}")
         if m.checkpoint and not os.path.isdir(m.checkpoint):

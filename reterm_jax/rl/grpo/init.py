@@ -18,7 +18,7 @@ def warm_start_sft(config, workdir: str) -> str:
     """The short SFT of the tiny SFT preset (same model section) in <workdir>/sft; reused when it
     already finished there, resumed when it stopped half-way. Returns its checkpoints dir."""
     from reterm_jax.train import sft
-    sft_config = sft_presets.get_config("tiny")
+    sft_config = sft_presets.get_config("smollm2" if config.model.preset == "smollm2" else "tiny")
     sft_config.model = config.model.copy_and_resolve_references()
     sft_config.seed = config.seed
     sft_config.mesh = config.mesh.copy_and_resolve_references()

@@ -89,7 +89,7 @@ def train(config, workdir: str, *, stop_at_step: int | None = None) -> dict:
     optim = config.optim.copy_and_resolve_references()
     if not optim.decay_steps:
         optim.decay_steps = max(config.train.steps, optim.warmup_steps + 1)
-    tx, schedule = make_optimizer(optim)
+    tx, schedule = make_optimizer(optim, abs_params)
     shardings = train_state_shardings(tx, abs_params, param_shardings, mesh)
     ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=config.checkpoint.keep,
                         save_every=config.checkpoint.every, async_save=config.checkpoint.async_save)
