@@ -149,3 +149,28 @@ def test_agent_chat_renders_token_exact_with_tags_as_text(smol):
         want = "".join(plain(p.text) for p in pieces if p.target)
         assert tok.decode(ex.tokens[ex.loss_mask]) == want, row["id"]
         assert "<tool_call>" in want
+
+
+def test_sft_preset_trains_the_top_layers_and_exports_for_transformers(smol, tmp_path):
+    """`configs/sft.py:smollm2` from the command line (2 steps): the HF export loads in transformers as
+    LlamaForCausalLM; the 20 lower layers and the (tied) embedding are bit-identical to the
+    converted checkpoint, the top 10 layers and the final norm moved."""
+    import subprocess
+    import sys
+
+    from safetensors.numpy import load_file
+    from transformers import AutoModelForCausalLM
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-m", "reterm_jax.train", f"--config={root}/configs/sft.py:smollm2",
+                           "--config.train.steps=2", f"--workdir={tmp_path / 'w'}"], cwd=tmp_path,
+                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=root), timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    before = load_file(os.path.join(smol["hf_dir"], "model.safetensors"))
+    after = load_file(str(tmp_path / "w" / "hf" / "model.safetensors"))
+    assert sorted(before) == sorted(after)
+    for name in before:
+        layer = int(name.split(".")[2]) if name.startswith("model.layers.") else None
+        frozen = (layer is not None and layer < 20) or name == "model.embed_tokens.weight"
+        assert np.array_equal(before[name], after[name]) == frozen, name
+    model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "w" / "hf"))
+    assert type(model).__name__ == "LlamaForCausalLM"
