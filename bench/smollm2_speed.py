@@ -18,13 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-sys.path[:0] = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")]
+sys.path[:0] = [os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."), os.path.dirname(os.path.abspath(__file__))]
 
 from reterm_jax.cpu_flags import apply_cpu_defaults  # noqa: E402
 
@@ -38,6 +37,7 @@ from flax import nnx  # noqa: E402
 from ml_collections import ConfigDict  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
+import machine  # noqa: E402  (bench/machine.py)
 from reterm_jax import pretrained  # noqa: E402
 from reterm_jax.model.hf_io import load_pretrained  # noqa: E402
 from reterm_jax.parallel.mesh import make_mesh  # noqa: E402
@@ -113,7 +113,7 @@ def main():
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     hf_dir = pretrained.fetch("smollm2")
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, torch threads "
+    print(f"machine: {machine.describe()}, torch threads "
           f"{torch.get_num_threads()}, jax {jax.__version__}, torch {torch.__version__}; XLA flags added: {FLAGS}")
     rows = []
 
@@ -160,7 +160,7 @@ def main():
         report(f"greedy decode batch {batch} (tok/s)", t["ours"], t["theirs"], batch * new)
     if args.out:
         with open(args.out, "w") as fh:
-            json.dump({"machine": platform.processor(), "cpus": os.cpu_count(), "rows": rows}, fh, indent=2)
+            json.dump({"machine": machine.describe(), "rows": rows}, fh, indent=2)
 
 
 if __name__ == "__main__":
