@@ -7,6 +7,8 @@ Scripted baselines (no model; the oracle must score Pass@1 = 1.0 on the bundled 
 A model (tiny random init unless a checkpoint is given; smoke runs only):
     python -m reterm_jax.evaluate --config=configs/eval.py --tasks=tasks/daily-report-append \
         --config.policy=model --config.protocol.names=pass@1
+The pretrained SmolLM2-135M-Instruct as it is, or a run's export of it:
+    python -m reterm_jax.evaluate --config=configs/eval.py:smollm2 --tasks=tasks [--config.model.hf_path=RUN/hf]
 The real recipe:
     python -m reterm_jax.evaluate --config=configs/eval.py:qwen3_5_9b --tasks=/data/tb2 \
         --config.model.hf_path=/runs/sft-9b/hf --out=/runs/eval-9b/results.json

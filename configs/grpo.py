@@ -5,6 +5,9 @@ configs/sft.py:tiny first when it is not there; then GRPO on the bundled tasks):
     python -m reterm_jax.train --config=configs/grpo.py [--workdir=runs/grpo-tiny]
 No Docker (a synthetic environment with a known optimum, from scratch):
     python -m reterm_jax.train --config=configs/grpo.py --config.env.kind=synthetic --config.init.from_scratch=True
+The pretrained SmolLM2-135M-Instruct (CPU, Docker; recovery-SFTs it with configs/sft.py:smollm2 into
+<workdir>/sft first, then GRPO with the top 10 of 30 layers training):
+    python -m reterm_jax.train --config=configs/grpo.py:smollm2 [--workdir=runs/grpo-smollm2]
 The real recipe (Qwen3.5-9B after recovery SFT, on an accelerator node):
     python -m reterm_jax.train --config=configs/grpo.py:qwen3_5_9b \
         --config.model.hf_path=/ckpt/Qwen3.5-9B --config.init.checkpoint=/runs/sft-9b/checkpoints \

@@ -87,7 +87,9 @@ def get_config(preset: str = "tiny") -> ml_collections.ConfigDict:
         c.train.micro_batches = 16
         c.train.seq_len = 262_144    # >= the 256k budget (a multiple of 1024)
         c.checkpoint.every = 20
-    if preset == "smollm2":  # the warm start runs the smollm2 SFT preset (rl/grpo/init.py)
+    if preset == "smollm2":  # the warm start runs the smollm2 SFT preset from the pretrained model (rl/grpo/init.py)
+        c.init.sft_from_hf = True
+        c.init.sft_steps = 0  # the SFT preset's 40
         c.optim.trainable = "top:10"
         c.optim.lr = 1e-5
     return c

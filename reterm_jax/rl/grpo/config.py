@@ -47,6 +47,9 @@ class Init:
     sft_data: str = doc("", "rows of that automatic SFT; empty: the SFT preset's (the bundled demo rows), e.g. "
                             "`python -m reterm_jax.tasks demos` of generated train tasks")
     sft_seq_len: int = doc(0, "its packed row length (0 = the SFT preset's 2048); cover the longest row")
+    sft_from_hf: bool = doc(False, "with model.hf_path and no checkpoint: run that automatic SFT from the HF "
+                                   "model first (the smollm2 preset: recovery-SFT the pretrained model), instead "
+                                   "of starting GRPO from it as it is")
 
     def __post_init__(self):
         if self.sft_seq_len < 0:

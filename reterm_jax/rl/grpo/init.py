@@ -87,13 +87,16 @@ def load_warm_start(path: str, config, mesh, abs_params, param_shardings):
 
 
 def initial_params(config, workdir, model_config, mesh, abs_params, param_shardings):
-    """Warm start (init.checkpoint, else the automatic tiny SFT), model.hf_path, or random init."""
+    """Warm start (init.checkpoint, else the automatic SFT: of the tiny model, or of model.hf_path with
+    init.sft_from_hf), model.hf_path as it is, or random init."""
     if config.init.from_scratch:
         model_cfg = config.model.copy_and_resolve_references()
         model_cfg.hf_path = ""  # random init even with an HF config (model_config is already built)
         return init_params(model_cfg, model_config, mesh, param_shardings, seed=config.seed)
     path = config.init.checkpoint
-    if not path and not config.model.hf_path:
+    if not path and config.model.hf_path and config.init.sft_from_hf:
+        path = warm_start_sft(config, workdir)  # the SFT preset of the model's (smollm2) from model.hf_path
+    elif not path and not config.model.hf_path:
         if config.model.preset != "tiny":
             raise ValueError("set --config.init.checkpoint=<SFT run>/checkpoints (or an HF dir) to warm-start from")
         path = warm_start_sft(config, workdir)
