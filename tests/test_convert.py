@@ -144,3 +144,23 @@ def test_stacked_checkpoints_convert_and_warm_start_either_layout(tmp_path):
         for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert is_stacked(stack_params(per_layer, 2))
+
+
+@pytest.mark.parametrize("variant", ["llama_gqa3_tied", "qwen3_gqa2_untied"])
+def test_dense_family_round_trips_through_orbax(variant, tmp_path):
+    """A Llama / Qwen3 HF dir -> orbax -> HF dir (with and without --source): bit-identical tensors,
+    and transformers loads the sourceless export (our config.json) as the same class."""
+    from transformers import AutoModelForCausalLM
+
+    from hf_dense_reference import build_hf_dense_model
+    hf = build_hf_dense_model(variant, dtype=torch.bfloat16, seed=3)
+    src, ckpt = str(tmp_path / "src"), str(tmp_path / "ckpt")
+    hf.save_pretrained(src)
+    convert.hf_to_orbax(src, ckpt)
+    convert.orbax_to_hf(ckpt, str(tmp_path / "with_source"), source=src)
+    assert raw_tensors(str(tmp_path / "with_source")) == raw_tensors(src)
+    convert.orbax_to_hf(ckpt, str(tmp_path / "alone"), dtype=jnp.bfloat16)
+    ours = raw_tensors(str(tmp_path / "alone"))
+    assert {n: v[2] for n, v in ours.items()} == {n: v[2] for n, v in raw_tensors(src).items()}
+    back = AutoModelForCausalLM.from_pretrained(str(tmp_path / "alone"), dtype=torch.float32).eval()
+    assert type(back).__name__ == type(hf).__name__

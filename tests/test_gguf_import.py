@@ -20,15 +20,30 @@ from reterm_jax.model.hf_io import load_pretrained
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+_BUILT: dict = {}
+
+
+def _tiny_files(tmp_path_factory, tied: bool) -> dict:
+    """The tiny file, our import of it and transformers' load of it (built once per head kind)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    if tied not in _BUILT:
+        d = tmp_path_factory.mktemp("gguf")
+        original, path = write_tiny_llama_gguf(str(d / "tiny.gguf"), tied=tied)
+        ours_dir = write_hf_dir(read_gguf(path), str(d / "hf"))
+        ref = AutoModelForCausalLM.from_pretrained(str(d), gguf_file="tiny.gguf", dtype=torch.float32).eval()
+        ref_tok = AutoTokenizer.from_pretrained(str(d), gguf_file="tiny.gguf")
+        _BUILT[tied] = dict(original=original, path=path, ours=ours_dir, ref=ref, ref_tok=ref_tok, tied=tied)
+    return _BUILT[tied]
+
+
 @pytest.fixture(scope="module", params=[False, True], ids=["untied", "tied"])
 def tiny(request, tmp_path_factory):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    d = tmp_path_factory.mktemp("gguf")
-    original, path = write_tiny_llama_gguf(str(d / "tiny.gguf"), tied=request.param)
-    ours_dir = write_hf_dir(read_gguf(path), str(d / "hf"))
-    ref = AutoModelForCausalLM.from_pretrained(str(d), gguf_file="tiny.gguf", dtype=torch.float32).eval()
-    ref_tok = AutoTokenizer.from_pretrained(str(d), gguf_file="tiny.gguf")
-    return dict(original=original, path=path, ours=ours_dir, ref=ref, ref_tok=ref_tok, tied=request.param)
+    return _tiny_files(tmp_path_factory, request.param)
+
+
+@pytest.fixture(scope="module")
+def untied(tmp_path_factory):
+    return _tiny_files(tmp_path_factory, False)
 
 
 def test_weights_equal_transformers_dequantised(tiny):
@@ -79,7 +94,8 @@ def test_tokenizer_equals_transformers_gguf_tokenizer(tiny):
         tiny["ref_tok"].apply_chat_template(messages, tokenize=False)
 
 
-def test_bfloat16_output(tiny, tmp_path):
+def test_bfloat16_output(untied, tmp_path):
+    tiny = untied
     write_hf_dir(read_gguf(tiny["path"]), str(tmp_path / "bf16"), dtype="bfloat16")
     with open(tmp_path / "bf16" / "model.safetensors", "rb") as fh:
         header = json.loads(fh.read(int.from_bytes(fh.read(8), "little")))
@@ -92,7 +108,8 @@ def _convert(*args, cwd):
                           text=True, env=dict(os.environ, PYTHONPATH=ROOT), timeout=300)
 
 
-def test_cli_imports_and_refuses_foreign_or_cut_files(tiny, tmp_path):
+def test_cli_imports_and_refuses_foreign_or_cut_files(untied, tmp_path):
+    tiny = untied
     done = _convert("--from=gguf", f"--gguf={tiny['path']}", f"--out={tmp_path / 'ok'}", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert sorted(os.listdir(tmp_path / "ok")) == ["config.json", "model.safetensors", "tokenizer.json",

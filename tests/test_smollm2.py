@@ -152,7 +152,7 @@ def test_agent_chat_renders_token_exact_with_tags_as_text(smol):
 
 
 def test_sft_preset_trains_the_top_layers_and_exports_for_transformers(smol, tmp_path):
-    """`configs/sft.py:smollm2` from the command line (2 steps): the HF export loads in transformers as
+    """`configs/sft.py:smollm2` from the command line (1 step): the HF export loads in transformers as
     LlamaForCausalLM; the 20 lower layers and the (tied) embedding are bit-identical to the
     converted checkpoint, the top 10 layers and the final norm moved."""
     import subprocess
@@ -162,7 +162,7 @@ def test_sft_preset_trains_the_top_layers_and_exports_for_transformers(smol, tmp
     from transformers import AutoModelForCausalLM
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     done = subprocess.run([sys.executable, "-m", "reterm_jax.train", f"--config={root}/configs/sft.py:smollm2",
-                           "--config.train.steps=2", f"--workdir={tmp_path / 'w'}"], cwd=tmp_path,
+                           "--config.train.steps=1", f"--workdir={tmp_path / 'w'}"], cwd=tmp_path,
                           capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=root), timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     before = load_file(os.path.join(smol["hf_dir"], "model.safetensors"))
