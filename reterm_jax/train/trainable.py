@@ -25,14 +25,14 @@ def _keys(path) -> list:
     return [getattr(p, "key", getattr(p, "name", getattr(p, "idx", None))) for p in path]
 
 
-def check_spec(spec: str, num_layers: int | None = None) -> int | None:
-    """N of "top:N" (None for ""); one UserError line for anything else."""
+def check_spec(spec: str) -> int | None:
+    """N of "top:N" (None for ""); one UserError line for anything else (trainable_mask checks N
+    against the model's layers)."""
     if not spec:
         return None
     match = _TOP.match(spec)
-    if not match or int(match.group(1)) < 1 or (num_layers is not None and int(match.group(1)) > num_layers):
-        most = f"1..{num_layers}" if num_layers else "N >= 1"
-        raise UserError(f"optim.trainable={spec!r}: use '' (every parameter) or 'top:N' with {most} "
+    if not match or int(match.group(1)) < 1:
+        raise UserError(f"optim.trainable={spec!r}: use '' (every parameter) or 'top:N' with N >= 1 "
                         f"(the last N decoder layers, the final norm and an untied head)")
     return int(match.group(1))
 

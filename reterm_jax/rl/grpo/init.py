@@ -15,10 +15,10 @@ from reterm_jax.presets import sft as sft_presets
 from reterm_jax.train.state import abstract_params, init_params, parse_dtype
 
 def warm_start_sft(config, workdir: str) -> str:
-    """The short SFT of the tiny SFT preset (same model section) in <workdir>/sft; reused when it
+    """The short SFT of the model's SFT preset (tiny or smollm2; same model section) in <workdir>/sft; reused when it
     already finished there, resumed when it stopped half-way. Returns its checkpoints dir."""
     from reterm_jax.train import sft
-    sft_config = sft_presets.get_config("smollm2" if config.model.preset == "smollm2" else "tiny")
+    sft_config = sft_presets.get_config(config.model.preset)  # the SFT preset of the same model (tiny, smollm2)
     sft_config.model = config.model.copy_and_resolve_references()
     sft_config.seed = config.seed
     sft_config.mesh = config.mesh.copy_and_resolve_references()
