@@ -38,7 +38,7 @@ def run_config(state: dict):
     rows set and its --set overrides, read from its state.json (bench scripts that score a policy
     "the way the run did" rebuild it here, so a run's --set rollout.max_tokens=... is not lost)."""
     import grpo as grpo_config  # configs/grpo.py; the experiment scripts put configs/ on sys.path
-    gcfg = grpo_config.get_config("tiny")
+    gcfg = grpo_config.get_config(state["config"]["args"].get("model", "tiny"))
     gcfg.seed = state["config"]["args"].get("seed", 0)
     apply_limits(gcfg, state["config"]["limits"])
     apply_sets(gcfg, state["config"]["args"].get("set") or [])
@@ -83,18 +83,21 @@ def parse_sampling(text: str):
                          f"({e})") from None
 
 
-def model_policy(gcfg, hf_dir: str = "", *, model=None, seed: int = 12345, sampling=None):
+def model_policy(gcfg, hf_dir: str = "", *, model=None, seed: int = 12345, sampling=None, tokenizer_dir: str = "",
+                 slots: int = 0):
     """The model (an HF dir, or a restored model) through the bash harness, sampled as GRPO
     samples (or with `sampling`, a SamplingParams), under the GRPO rollout limits. The seed is the
     same for every policy: trial keys then depend on (task, sample, attempt) alone
-    (rl/evaluation/policies.py::trial_key)."""
+    (rl/evaluation/policies.py::trial_key). The tokenizer: hf_dir's, else tokenizer_dir, else the tiny one.
+    slots=0: one attempt at a time; slots=N: up to N attempts decode together in one batch (continuous
+    batching, the same tokens per trial either way); close() the policy when done with it."""
     from reterm_jax.data import load_tokenizer, special_ids
     from reterm_jax.model.hf_io import load_pretrained
     from reterm_jax.rl.agent.harness import Limits
     from reterm_jax.rl.evaluation.policies import ModelPolicy
     from reterm_jax.rl.inference.sampler import Sampler
     from reterm_jax.rl.inference.sampling import SamplingParams
-    tok = load_tokenizer(hf_dir) if hf_dir else load_tokenizer()
+    tok = load_tokenizer(hf_dir or tokenizer_dir) if hf_dir or tokenizer_dir else load_tokenizer()
     ids = special_ids(tok)
     model = model if model is not None else load_pretrained(hf_dir)
     sampler = Sampler(model, stop_ids=ids.stop, pad_id=ids.pad, max_length=gcfg.rollout.cache_length)
@@ -102,7 +105,7 @@ def model_policy(gcfg, hf_dir: str = "", *, model=None, seed: int = 12345, sampl
     limits = Limits(max_turns=r.max_turns, max_tokens=r.max_tokens, max_new_tokens_per_turn=r.max_new_tokens_per_turn,
                     wall_clock_s=r.wall_clock_s, command_timeout_s=r.command_timeout_s)
     sampling = SamplingParams(temperature=r.temperature) if sampling is None else sampling
-    return ModelPolicy(sampler, tok, limits, sampling, seed=seed)
+    return ModelPolicy(sampler, tok, limits, sampling, seed=seed, slots=slots)
 
 
 def evaluate(policy, dirs: list[Path], *, samples: int, jobs: int, protocols: tuple[str, ...]) -> tuple[dict, list]:

@@ -1,6 +1,7 @@
-"""Does ReTerm-GRPO make the tiny model recover better on tasks it never saw? (issue 10, section 3)
+"""Does ReTerm-GRPO make a model (the tiny one, or SmolLM2: --model) recover better on tasks it never saw?
 
-    python experiments/learning/learning_run.py --out runs/learning [--train 48] [--val 16] [--heldout 64] [--samples 4]
+    python experiments/learning/learning_run.py --out runs/learning [--model tiny|smollm2] [--slots 0]
+        [--train 48] [--val 16] [--heldout 64] [--samples 4]
         [--sft_candidates 400,800,1200] [--grpo_steps 20] [--jobs 3] [--families all|NAME,...]
         [--faults_per_task N] [--sft_batch B] [--sft_restart STEPS@LR ...] [--sft_init HF_DIR] [--sft_lr LR]
         [--novel_train N] [--words_train N] [--solve_rows] [--val_split train|novel|words-val] [--grpo_train N]
@@ -19,8 +20,8 @@ Stages (each one's output is reused when it is there: rerun the same command to 
     adds rows made elsewhere (e.g. experiments/learning/own_failures.py: the teacher's recoveries from the warm
     start's own failed attempts), all in OUT/sft_rows_extra.jsonl; with --sft_on=extra the SFT and the
     control train on those rows alone (OUT/sft_rows_own.jsonl) while the rollout limits cover every row.
- 3. OUT/sft: configs/sft.py:tiny on those rows (from random weights, or --sft_init's), seq_len =
-    the longest row (none truncated), checkpoints at each --sft_candidates step; each candidate is
+ 3. OUT/sft: configs/sft.py:<model> on those rows (tiny: from random weights, or --sft_init's; smollm2: from its
+    pretrained weights), seq_len = the longest row (none truncated), checkpoints at each --sft_candidates step; each candidate is
     scored on `val` (recovery from the scripted fault, 1 sample per task); by --warm_start_rule
     (signal: the score nearest 0.5 among those that recover; best: the highest), ties to the
     earliest, one is the warm start, exported to OUT/warm_start_hf. Each --sft_restart adds a
@@ -30,7 +31,7 @@ Stages (each one's output is reused when it is there: rerun the same command to 
     says how it was trained; the arguments that make the rows, and the rows, must match) is
     OUT/warm_start_hf. --start_policy HF_DIR skips it too: any exported policy (e.g. an earlier
     run's grpo_hf: a second GRPO round) is OUT/warm_start_hf.
- 4. OUT/grpo: configs/grpo.py:tiny from the warm start on the train instances (--grpo_train N:
+ 4. OUT/grpo: configs/grpo.py:<model> from the warm start on the train instances (--grpo_train N:
     on N other instances of --grpo_split, OUT/tasks/grpo, that no demonstration showed); failure
     bank from their scripted faults, rollout limits covering the longest demonstration -> OUT/grpo_hf.
  5. OUT/control: continued SFT from the warm start on the same rows for as many loss tokens as
@@ -68,13 +69,39 @@ import learning_report  # noqa: E402
 
 
 # ---- stages 3-5: warm start, GRPO, control ----------------------------------------------------------------
-def _hf_from_step(ckpt_dir: Path, step: int, out_dir: Path) -> None:
+def _hf_from_step(ckpt_dir: Path, step: int, out_dir: Path, tokenizer_dir: str) -> None:
     from reterm_jax.convert import restore_model
-    from reterm_jax.data.tokenizer import TINY_TOKENIZER_DIR
     from reterm_jax.model.hf_io import save_pretrained
     from reterm_jax.train.run_files import copy_tokenizer_files
     save_pretrained(restore_model(str(ckpt_dir / str(step)), config_dir=str(ckpt_dir)), str(out_dir))
-    copy_tokenizer_files(TINY_TOKENIZER_DIR, str(out_dir))
+    copy_tokenizer_files(tokenizer_dir, str(out_dir))
+
+
+MODELS = ("tiny", "smollm2")
+
+
+def tokenizer_dir(model: str) -> str:
+    """The model's tokenizer: the tiny one, or the pretrained model's own (fetched on first use)."""
+    from reterm_jax.data.tokenizer import TINY_TOKENIZER_DIR
+    from reterm_jax.pretrained import resolve_model_path
+    return TINY_TOKENIZER_DIR if model == "tiny" else resolve_model_path(model)
+
+
+def sft_preset(model: str):
+    """configs/sft.py's preset of the model, model.hf_path resolved to the fetched directory."""
+    cfg = sft_config.get_config(model)
+    if model != "tiny":
+        cfg.model.hf_path = cfg.data.tokenizer = tokenizer_dir(model)
+    return cfg
+
+
+def grpo_preset(model: str):
+    """configs/grpo.py's preset of the model; the warm start always comes from this run's SFT."""
+    cfg = grpo_config.get_config(model)
+    if model != "tiny":
+        cfg.model.hf_path = tokenizer_dir(model)
+        cfg.init.sft_from_hf = False  # init.checkpoint = OUT/warm_start_hf
+    return cfg
 
 
 RESTART_WARMUP, RESTART_END_RATIO = 20, 0.3  # each restart phase's schedule (--sft_restart)
@@ -87,7 +114,7 @@ def _sft_phase(out: Path, args, limits: dict, demos: Path, state: dict, save, *,
     moments and a new warmup + cosine schedule: a warm restart, another pass over the rows in
     another order."""
     from reterm_jax.train import sft
-    cfg = sft_config.get_config("tiny")
+    cfg = sft_preset(args.model)
     cfg.data.path, cfg.data.seq_len, cfg.data.overlong = str(demos), limits["sft_seq_len"], "drop"
     cfg.train.export_hf, cfg.train.log_every, cfg.train.batch_size = False, 50, args.sft_batch
     if init is None:
@@ -152,7 +179,7 @@ def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, sta
         init = out / f"{learning_report.restart_phase(k)}_init"
         if not init.exists():  # from the previous phase's last checkpoint
             prev, last = ("sft", first[-1]) if k == 1 else (learning_report.restart_phase(k - 1), max(restarts[k - 2][0]))
-            _hf_from_step(out / prev / "checkpoints", last, init)
+            _hf_from_step(out / prev / "checkpoints", last, init, tokenizer_dir(args.model))
         _sft_phase(out, args, limits, demos, state, save, init=init, phase=k)
     val_scores = {int(k): v for k, v in state["sft"].get("val_scores", {}).items()}
     fit_scores = {int(k): v for k, v in state["sft"].get("fit_scores", {}).items()}
@@ -163,11 +190,13 @@ def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, sta
         for step in todo:
             phase, local = cands[step]
             ckpt = out / phase / "checkpoints"
-            policy = model_policy(gcfg, model=restore_model(str(ckpt / str(local)), config_dir=str(ckpt)))
+            policy = model_policy(gcfg, model=restore_model(str(ckpt / str(local)), config_dir=str(ckpt)),
+                                  tokenizer_dir=tokenizer_dir(args.model), slots=args.slots)
             for name, tasks, scores in (("validation", dirs["val"], val_scores), ("train fit", fit, fit_scores)):
                 summary, _ = evaluate(policy, tasks, samples=1, jobs=args.jobs, protocols=(FAULT_RECOVERY,))
                 scores[step] = summary[FAULT_RECOVERY]["score"]
                 _log(f"{name} ({len(tasks)} tasks): SFT step {step}: fault-recovery {scores[step]:.3f}")
+            policy.close()
             state["sft"].update(val_scores=val_scores, fit_scores=fit_scores, val_split=args.val_split)
             save()  # a candidate's scores survive an interrupted run
     if rescored or state["sft"].get("chosen_step") is None or state["sft"].get("rule", "best") != args.warm_start_rule:
@@ -184,13 +213,14 @@ def warm_start(out: Path, args, limits: dict, demos: Path, dirs: dict, gcfg, sta
         _log(f"warm start: SFT step {chosen} (rule {args.warm_start_rule}; validation {state['sft']['val_scores']})")
     if not hf.exists():
         phase, local = cands[int(state["sft"]["chosen_step"])]
-        _hf_from_step(out / phase / "checkpoints", local, hf)
+        _hf_from_step(out / phase / "checkpoints", local, hf, tokenizer_dir(args.model))
     return hf
 
 
 # The arguments that decide the SFT rows (the control continues the warm start's SFT on them).
-SAME_ROWS = ("families", "train", "novel_train", "words_train", "solve_rows", "faults_per_task", "seed", "sft_on")
-_ABSENT = {"words_train": 0, "solve_rows": False, "sft_on": "all"}  # arguments newer than a saved run: the value the run had
+SAME_ROWS = ("model", "families", "train", "novel_train", "words_train", "solve_rows", "faults_per_task", "seed", "sft_on")
+# arguments newer than a saved run: the value the run had
+_ABSENT = {"model": "tiny", "words_train": 0, "solve_rows": False, "sft_on": "all"}
 
 
 def check_warm_start_args(args) -> None:
@@ -263,7 +293,8 @@ def _warm_start_lr(state: dict) -> float:
     import ml_collections
 
     from reterm_jax.train.optimizer import lr_schedule
-    chosen, base = int(state["sft"]["chosen_step"]), sft_config.get_config("tiny").optim
+    chosen = int(state["sft"]["chosen_step"])
+    base = sft_config.get_config(state["config"]["args"].get("model", "tiny")).optim
     opt = dict(lr=state["sft"].get("lr", base.lr), warmup_steps=base.warmup_steps, end_lr_ratio=base.end_lr_ratio,
                decay_steps=state["sft"]["steps"])
     step, end = chosen, state["sft"]["steps"]
@@ -283,7 +314,7 @@ def run_control(out: Path, args, limits: dict, demos: Path, warm: Path, state: d
     hf = out / "control_hf"
     if hf.exists() and "control" in state:
         return hf
-    cfg = sft_config.get_config("tiny")
+    cfg = sft_preset(args.model)
     cfg.seed = args.seed + 2  # another pass over the rows, in neither SFT phase's order
     cfg.train.batch_size = state["sft"].get("batch_size", 1)  # per_step counts the warm start's batches
     if state["sft"]["steps"]:
@@ -316,6 +347,9 @@ def run_control(out: Path, args, limits: dict, demos: Path, warm: Path, state: d
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="runs/learning")
+    p.add_argument("--model", default="tiny", choices=MODELS,
+                   help="tiny: the from-scratch tiny model (runs 1-39); smollm2: SmolLM2-135M-Instruct (fetched and "
+                        "converted once, docs/pretrained.md), fine-tuned with its presets (top 10 layers train)")
     p.add_argument("--train", type=int, default=48, help="train-split instances (GRPO tasks and demonstrations)")
     p.add_argument("--val", type=int, default=16, help="validation instances (train split, another seed)")
     p.add_argument("--heldout", type=int, default=64, help="held-out instances to evaluate on")
@@ -398,6 +432,9 @@ def main() -> None:
                         "sampling is run again")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jobs", type=int, default=3, help="trials (and demo tasks) at once")
+    p.add_argument("--slots", type=int, default=0,
+                   help="scoring: 0 = one model attempt at a time (runs 1-39), N = up to N attempts decode together "
+                        "in one batch (continuous batching; the same tokens per trial either way); give --jobs >= N")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a configs/grpo.py:tiny field (repeatable)")
     args = p.parse_args()
@@ -464,16 +501,16 @@ def main() -> None:
     t0 = time.time()
     dirs = make_tasks(out, args)
     demos = sft_rows(out, dirs, args)
-    limits = demo_limits(demos)
+    limits = demo_limits(demos, tokenizer_dir(args.model))
     train_rows, sft_limits = demos, limits  # what the SFT and the control train on
     if args.sft_on == "extra":
         train_rows = extra_rows(out, args)
-        sft_limits = {**limits, "sft_seq_len": demo_limits(train_rows)["sft_seq_len"]}
+        sft_limits = {**limits, "sft_seq_len": demo_limits(train_rows, tokenizer_dir(args.model))["sft_seq_len"]}
     stages.setdefault("tasks_and_demos", round(time.time() - t0))
     _log(f"tasks: {', '.join(f'{k} {len(v)}' for k, v in dirs.items())}; demos {limits['rows']} rows, "
          f"longest {limits['longest_row']} tokens -> {limits}")
 
-    gcfg = grpo_config.get_config("tiny")
+    gcfg = grpo_preset(args.model)
     gcfg.seed = args.seed
     gcfg.env.tasks = str(out / "tasks" / ("grpo" if args.grpo_train else "train") / "*")
     gcfg.train.steps = args.grpo_steps
@@ -511,8 +548,9 @@ def main() -> None:
             evals[name], timing[name] = saved["summary"], saved["time"]
             continue
         t0 = time.time()
-        summary, trials = evaluate(model_policy(gcfg, str(out / f"{name}_hf"), sampling=sampling), dirs["heldout"],
-                                   samples=args.samples, jobs=args.jobs, protocols=protocols)
+        policy = model_policy(gcfg, str(out / f"{name}_hf"), sampling=sampling, slots=args.slots)
+        summary, trials = evaluate(policy, dirs["heldout"], samples=args.samples, jobs=args.jobs, protocols=protocols)
+        policy.close()
         timing[name] = {**time_split(trials), "wall_s": round(time.time() - t0)}
         evals[name] = summary
         json.dump({"summary": summary, "time": timing[name], "sampling": args.eval_sampling,
