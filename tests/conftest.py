@@ -18,6 +18,7 @@ os.environ["XLA_FLAGS"] = with_test_flags(os.environ.get("XLA_FLAGS", ""))
 pytest_plugins = ["docker_fixtures"]
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the group marks into the node ids
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (`-n 2 --dist loadgroup`, what launch/test.sh runs) every test that touches
     the Docker engine runs on one worker, in order: some restart or stop the engine, all share the
