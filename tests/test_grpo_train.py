@@ -389,6 +389,7 @@ def test_grpo_learns_to_say_the_rewarded_token(tmp_path, monkeypatch, bug):
     _sabotage(monkeypatch, bug)
     steps = 16
     result = grpo.train(one_token_config(steps), str(tmp_path / "run"))
+    assert result["last_step"] == steps and result["resumed"] is None
     rewards = [float(result["rewards"][s]) for s in range(1, steps + 1)]
     assert np.mean(rewards[:2]) < 0.3, rewards
     learned = np.mean(rewards[-3:]) >= 0.9

@@ -104,8 +104,9 @@ def demo_limits(path: Path, tokenizer_dir: str | None = None) -> dict:
     """The limits the longest row sets, counted in the tokens of the model's tokenizer (default: the tiny one)."""
     from reterm_jax.data import load_tokenizer
     from reterm_jax.data.chat import encode_example
+    from reterm_jax.data.tokenizer import TINY_TOKENIZER_DIR
     rows = [json.loads(line) for line in open(path)]
-    tok = load_tokenizer(tokenizer_dir) if tokenizer_dir else load_tokenizer()
+    tok = load_tokenizer(tokenizer_dir or TINY_TOKENIZER_DIR)
     encoded = [encode_example(r, tok) for r in rows]  # build_demos validated every row
     longest = max(len(ex) for ex in encoded)
     turn = max(learning_report.longest_run(ex.loss_mask) for ex in encoded)

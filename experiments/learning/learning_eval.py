@@ -92,12 +92,13 @@ def model_policy(gcfg, hf_dir: str = "", *, model=None, seed: int = 12345, sampl
     slots=0: one attempt at a time; slots=N: up to N attempts decode together in one batch (continuous
     batching, the same tokens per trial either way); close() the policy when done with it."""
     from reterm_jax.data import load_tokenizer, special_ids
+    from reterm_jax.data.tokenizer import TINY_TOKENIZER_DIR
     from reterm_jax.model.hf_io import load_pretrained
     from reterm_jax.rl.agent.harness import Limits
     from reterm_jax.rl.evaluation.policies import ModelPolicy
     from reterm_jax.rl.inference.sampler import Sampler
     from reterm_jax.rl.inference.sampling import SamplingParams
-    tok = load_tokenizer(hf_dir or tokenizer_dir) if hf_dir or tokenizer_dir else load_tokenizer()
+    tok = load_tokenizer(hf_dir or tokenizer_dir or TINY_TOKENIZER_DIR)
     ids = special_ids(tok)
     model = model if model is not None else load_pretrained(hf_dir)
     sampler = Sampler(model, stop_ids=ids.stop, pad_id=ids.pad, max_length=gcfg.rollout.cache_length)
